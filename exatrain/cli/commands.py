@@ -1,0 +1,99 @@
+"""What each subcommand does, on top of the library API."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from exatrain.config import load_config, reference, to_toml
+
+
+def cmd_train(args, overrides: list[str]) -> int:
+    """Train here if a launcher (torchrun, srun, mpirun) started us; otherwise start local workers."""
+    from exatrain.launch import check_nproc, launch_local
+    from exatrain.train.preflight import preflight
+
+    cfg = load_config(args.config, overrides)
+    env = _detect(cfg)
+    if env.kind != "local":
+        if args.nproc not in (None, 1):
+            print(f"exatrain: note: --nproc ignored: already launched by {env.kind} "
+                  f"with {env.world_size} rank(s)", file=sys.stderr)
+        return _train_here(cfg)
+    for note in env.notes:
+        print(f"exatrain: note: {note}", file=sys.stderr)
+    nproc = check_nproc(args.nproc if args.nproc is not None else _default_nproc())
+    preflight(cfg, nproc)
+    if nproc == 1:
+        return _train_here(cfg)
+    from exatrain.train.run import prepare_data
+
+    prepare_data(cfg)  # fails early on bad data, and fills the cache once instead of in every worker
+    worker_args = ["train", *(["--config", str(Path(args.config).resolve())] if args.config else []), *overrides]
+    return launch_local(nproc, "exatrain.cli.main", worker_args)
+
+
+def _train_here(cfg) -> int:
+    from exatrain.train.run import run_training
+
+    run_training(cfg)
+    return 0
+
+
+def _default_nproc() -> int:
+    from exatrain.env.devices import count_node_gpus
+
+    return count_node_gpus() or 2
+
+
+def _detect(cfg):
+    from exatrain.train.run import detect
+
+    return detect(cfg)
+
+
+def cmd_env(args, overrides: list[str]) -> int:
+    """Print the detected environment as a table or JSON."""
+    from exatrain.env import detect_environment
+    from exatrain.env.devices import count_node_gpus, pick_device_index, visibility
+
+    cfg = load_config(args.config, overrides)
+    env = detect_environment(None, master_suffix=cfg.dist.master_suffix, resolve_master=cfg.dist.resolve_master,
+                             master_port=cfg.dist.master_port or None)
+    info = env.to_dict()
+    vis = visibility(os.environ)
+    narrowed = next((v for k, v in vis.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
+    count = len(narrowed) if narrowed is not None else count_node_gpus()
+    info["visible_gpus"] = count
+    info["device"] = f"cuda:{pick_device_index(env.local_rank, env.local_world_size, count)}" if count else "cpu"
+    info["visibility"] = {k: v for k, v in vis.items() if v is not None}
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="exatrain environment", show_header=True)
+    table.add_column("what")
+    table.add_column("value")
+    for key, value in info.items():
+        table.add_row(key, ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+    Console().print(table)
+    return 0
+
+
+def cmd_config(args, overrides: list[str]) -> int:
+    """Print the resolved configuration as TOML, or the documented reference."""
+    print(reference() if args.reference else to_toml(load_config(args.config, overrides)))
+    return 0
+
+
+def cmd_data(args, extra: list[str]) -> int:
+    """`data prepare wikitext-2 --out DIR`: download on a machine with internet for offline training."""
+    from exatrain.data.prepare import prepare_wikitext2
+
+    out = prepare_wikitext2(args.out, url=args.url, timeout=args.timeout)
+    print(f"WikiText-2 ready in {out}; train from it with --data.kind=wikitext --data.path={out}")
+    return 0

@@ -1,0 +1,73 @@
+"""The one `exatrain` command. Thin: parses arguments and calls the API; heavy imports stay lazy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from exatrain import __version__
+from exatrain.errors import ExatrainError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All subcommands and their flags (config keys are passed as --section.key=value overrides)."""
+    p = argparse.ArgumentParser(prog="exatrain", allow_abbrev=False,
+                                description="PyTorch training from one CPU to thousands of GPUs on SLURM clusters.")
+    p.add_argument("--version", action="version", version=f"exatrain {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", allow_abbrev=False, help="train the reference LM (here, under torchrun, srun or mpirun)",
+                       epilog="Any --section.key=value sets a config value, e.g. --train.steps=100 --model.size=small.")
+    t.add_argument("--config", help="TOML configuration file")
+    t.add_argument("--nproc", type=int, default=None,
+                   help="local worker processes when started outside a launcher (default: GPUs on this node, else 2)")
+
+    e = sub.add_parser("env", allow_abbrev=False, help="show the detected cluster environment of this process")
+    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    e.add_argument("--config", help="TOML configuration file (its [dist] section applies)")
+
+    c = sub.add_parser("config", allow_abbrev=False, help="print the resolved configuration, or the reference")
+    c.add_argument("--config", help="TOML configuration file")
+    c.add_argument("--reference", action="store_true", help="print every key with its type, default and meaning")
+
+    d = sub.add_parser("data", allow_abbrev=False, help="prepare datasets")
+    dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    pr = dsub.add_parser("prepare", allow_abbrev=False,
+                         help="download a dataset (run on a machine with internet, e.g. a login node)")
+    pr.add_argument("dataset", choices=["wikitext-2"])
+    pr.add_argument("--out", required=True, help="directory to write the dataset to (then set data.path to it)")
+    pr.add_argument("--url", help="download from this URL instead of the default mirrors")
+    pr.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt")
+    return p
+
+
+def _overrides(extra: list[str]) -> list[str]:
+    bad = [a for a in extra if not (a.startswith("--") and "=" in a)]
+    if bad:
+        raise ExatrainError(f"unrecognised argument(s): {' '.join(bad)}",
+                            "config values are written --section.key=value (with '='), e.g. --train.steps=100")
+    return extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; user errors print a message with a HINT and exit 2, without a traceback."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.command in ("train", "env", "config"):
+            extra = _overrides(extra)
+        elif extra:
+            parser.error(f"unrecognised arguments: {' '.join(extra)}")
+        from exatrain.cli import commands
+
+        return getattr(commands, f"cmd_{args.command}")(args, extra) or 0
+    except ExatrainError as e:
+        print(f"exatrain: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("exatrain: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The one place that reads TOML: a file plus `--section.key=value` overrides -> a checked `Config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from exatrain.config.schema import Config
+from exatrain.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def sections() -> dict[str, type]:
+    """Map section name -> its dataclass type."""
+    return {f.name: f.default_factory().__class__ for f in dataclasses.fields(Config)}
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Build the configuration from an optional TOML file and `--section.key=value` overrides.
+
+    Overrides win over the file; unknown sections or keys and wrongly typed values raise ConfigError
+    listing what is valid, before any work starts.
+    """
+    data: dict[str, dict[str, Any]] = _read_toml(path) if path else {}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        data.setdefault(section, {})[key] = value
+    return _build(data, source=path or "overrides")
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path!r} does not exist", "pass an existing TOML file to --config")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {e}", "fix the TOML syntax at that line") from None
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split `--section.key=value` into its parts; the value is read as a TOML literal, else as a string."""
+    body = text[2:] if text.startswith("--") else text
+    name, sep, raw = body.partition("=")
+    section, dot, key = name.partition(".")
+    if not sep or not dot or not section or not key:
+        raise ConfigError(
+            f"cannot read override {text!r}",
+            "write overrides as --section.key=value, e.g. --train.steps=100 (sections: " + ", ".join(sections()) + ")",
+        )
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # bare words such as --model.size=small
+    return section, key, value
+
+
+def _build(data: dict[str, Any], source: str) -> Config:
+    known = sections()
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown config section(s) {', '.join(map(repr, unknown))} in {source}",
+            "valid sections: " + ", ".join(known),
+        )
+    built = {}
+    for name, cls in known.items():
+        values = data.get(name, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{name}] in {source} must be a table", f"write it as [{name}] followed by key = value lines")
+        built[name] = _build_section(name, cls, values, source)
+    return Config(**built)
+
+
+def _build_section(name: str, cls: type, values: dict[str, Any], source: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown config key {name}.{key} in {source}",
+                f"valid keys of [{name}]: " + ", ".join(fields),
+            )
+        values[key] = _coerce(f"{name}.{key}", fields[key].type, value)
+    return cls(**values)
+
+
+def _coerce(key: str, type_name: str, value: Any) -> Any:
+    expected = _TYPES[type_name]
+    ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise ConfigError(
+            f"config key {key} must be {type_name}, got {value!r} ({type(value).__name__})",
+            f"set {key} to a {type_name} value, e.g. --{key}={_example(type_name)}",
+        )
+    return value
+
+
+def _example(type_name: str) -> str:
+    return {"str": "name", "int": "10", "float": "0.5", "bool": "true"}[type_name]
+
+
+def to_toml(cfg: Config) -> str:
+    """Render a configuration as TOML (used to record the config a run used)."""
+    lines = []
+    for section in dataclasses.fields(cfg):
+        lines.append(f"[{section.name}]")
+        for f in dataclasses.fields(getattr(cfg, section.name)):
+            value = getattr(getattr(cfg, section.name), f.name)
+            lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def reference() -> str:
+    """The configuration reference as Markdown, generated from the field docs."""
+    out = []
+    for name, cls in sections().items():
+        out.append(f"### `[{name}]`: {cls.__doc__.strip()}\n")
+        out.append("| key | type | default | meaning |")
+        out.append("|---|---|---|---|")
+        for f in dataclasses.fields(cls):
+            out.append(f"| `{f.name}` | {f.type} | `{_toml_value(f.default)}` | {f.metadata['help']} |")
+        out.append("")
+    return "\n".join(out)

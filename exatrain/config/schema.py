@@ -1,0 +1,89 @@
+"""Typed configuration: one frozen dataclass per concern, every field documented.
+
+The `help` metadata of each field is the single source of the configuration reference
+(`exatrain config --reference` prints it; README.md embeds it and a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def doc(default, help: str):
+    """A dataclass field with a default and its user-facing documentation."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run writes its outputs."""
+
+    dir: str = doc("runs/default", "Run directory: metrics.jsonl, summary.json, model files, per-rank reports.")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The reference decoder-only Transformer language model."""
+
+    size: str = doc("tiny", "Named size: tiny, small, medium, large, xl (about 1B parameters).")
+    dropout: float = doc(0.0, "Dropout probability (0 keeps runs bit-reproducible).")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Training data: corpus kind, location, tokenised cache and window length."""
+
+    kind: str = doc("synthetic", "Corpus: synthetic (generated, no files), wikitext (WikiText-2 format dir), text (dir of raw text).")
+    path: str = doc("", "Directory of the corpus (wikitext, text). Unused for synthetic.")
+    cache_dir: str = doc("", "Where tokenised arrays are cached (memory-mapped); empty = RUN_DIR/../.cache/data.")
+    seq_len: int = doc(64, "Tokens per training window (the model's context length).")
+    seed: int = doc(1234, "Seed of the synthetic corpus generator.")
+    max_vocab: int = doc(0, "Keep only the most frequent words of raw text corpora (0 = all).")
+    train_split: str = doc("train", "Split to train on (train, valid or test).")
+    eval_split: str = doc("valid", "Split to evaluate on (train, valid or test).")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation loop."""
+
+    steps: int = doc(300, "Optimizer steps.")
+    global_batch_size: int = doc(32, "Samples per optimizer step summed over all ranks.")
+    micro_batch_size: int = doc(16, "Samples per rank per forward pass; accumulation = global / (micro x world size).")
+    lr: float = doc(3e-3, "Peak learning rate of AdamW.")
+    min_lr_ratio: float = doc(0.1, "Cosine decay ends at lr x min_lr_ratio.")
+    warmup_steps: int = doc(30, "Linear warmup steps before the cosine decay.")
+    weight_decay: float = doc(0.1, "AdamW weight decay (matrices only; norms and biases are not decayed).")
+    beta1: float = doc(0.9, "AdamW beta1.")
+    beta2: float = doc(0.95, "AdamW beta2.")
+    grad_clip: float = doc(1.0, "Clip the global gradient norm to this value (0 = off).")
+    seed: int = doc(0, "Seed of model initialisation and data order (ranks add their rank for dropout).")
+    eval_every: int = doc(100, "Evaluate every N steps (0 = only at the end).")
+    eval_batches: int = doc(16, "Batches per evaluation, split across ranks (0 = the whole split).")
+    eval_at_start: bool = doc(True, "Evaluate the untrained model once before step 1.")
+    log_every: int = doc(10, "Print and record a progress line every N steps.")
+    precision: str = doc("auto", "Autocast: auto (bf16 on GPU, fp32 on CPU), bf16, fp32.")
+    device: str = doc("auto", "auto (the local rank's GPU if any, else CPU), cuda or cpu.")
+    save_model: bool = doc(True, "Rank 0 saves best.pt (lowest eval loss) and final.pt as plain state dicts.")
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """Process group set-up."""
+
+    backend: str = doc("auto", "auto (nccl on CUDA/ROCm, gloo on CPU), nccl or gloo.")
+    timeout_s: float = doc(300.0, "Seconds to wait for all ranks to join and for each collective.")
+    master_port: int = doc(0, "Rendezvous port; 0 = MASTER_PORT or a port derived from the SLURM job and step id.")
+    master_suffix: str = doc("", "Appended to the master hostname (JSC: 'i' selects the InfiniBand address).")
+    resolve_master: bool = doc(False, "Resolve the master hostname to an IP address before joining.")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration: one section per concern."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    dist: DistConfig = field(default_factory=DistConfig)

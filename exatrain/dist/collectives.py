@@ -1,0 +1,79 @@
+"""Small rank-aware helpers: who is root, print/save once, and means across ranks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def rank() -> int:
+    """This process's global rank (0 when no process group is running)."""
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Number of ranks (1 when no process group is running)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_root() -> bool:
+    """True on global rank 0, the rank that prints and writes shared files."""
+    return rank() == 0
+
+
+def print0(*args, **kwargs) -> None:
+    """print() on rank 0 only, flushed so lines interleave sanely in job logs."""
+    if is_root():
+        print(*args, **kwargs, flush=True)
+
+
+def save0(obj, path: str | Path) -> None:
+    """torch.save on rank 0 only, atomically (temp file then rename): no half-written files."""
+    if not is_root():
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def mean_across_ranks(values: dict[str, float], device: torch.device | None = None) -> dict[str, float]:
+    """Average scalar metrics over all ranks.
+
+    Gloo has no ReduceOp.AVG for every dtype (integers fail), so this sums in float64 and divides.
+    """
+    if not dist.is_initialized() or world_size() == 1:
+        return dict(values)
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    t /= world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def sum_across_ranks(values: list[float], device: torch.device | None = None) -> list[float]:
+    """Sum a list of scalars over all ranks (float64)."""
+    if not dist.is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def all_gather_objects(obj) -> list:
+    """Every rank's `obj`, in rank order (a list of one without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    """Wait for all ranks (no-op without a process group)."""
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,125 @@
+"""Process group set-up and teardown: device per local rank, backend by device, timeouts.
+
+This is the only module that writes communication variables (MASTER_ADDR, MASTER_PORT, RANK, ...):
+the cluster environment was read once by `exatrain.env`, and c10d's env:// init reads them back.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from exatrain.env import ClusterEnvironment
+from exatrain.env.devices import pick_device_index, visibility_problem
+from exatrain.errors import ConfigError, ExatrainError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """What a rank knows after set-up: its place in the job, its device and the backend in use."""
+
+    env: ClusterEnvironment
+    device: torch.device
+    backend: str | None  # None when running as a single process without a group
+
+    @property
+    def rank(self) -> int:
+        return self.env.global_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def is_root(self) -> bool:
+        return self.env.global_rank == 0
+
+
+def select_device(env: ClusterEnvironment, requested: str = "auto") -> torch.device:
+    """The device of this rank: its GPU when one is visible (by local rank, unless SLURM already
+    narrowed visibility to one device per task), else the CPU."""
+    if requested not in ("auto", "cuda", "cpu"):
+        raise ConfigError(f"train.device must be auto, cuda or cpu, got {requested!r}", "use --train.device=auto")
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ExatrainError(
+            "train.device=cuda but torch sees no GPU",
+            f"check that this torch build has CUDA/ROCm (torch {torch.__version__}) and that the job requested GPUs",
+        )
+    index = pick_device_index(env.local_rank, env.local_world_size, torch.cuda.device_count())
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def select_backend(device: torch.device, requested: str = "auto") -> str:
+    """nccl for GPUs (RCCL on ROCm builds answers to the same name), gloo for CPUs."""
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested not in ("nccl", "gloo"):
+        raise ConfigError(f"dist.backend must be auto, nccl or gloo, got {requested!r}", "use --dist.backend=auto")
+    if requested == "nccl" and device.type != "cuda":
+        raise ConfigError("dist.backend=nccl needs GPUs, but this rank runs on the CPU", "use --dist.backend=gloo or auto")
+    return requested
+
+
+def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str = "auto",
+                     timeout_s: float = 300.0) -> DistContext:
+    """Pick this rank's device and, for more than one rank, join the process group.
+
+    Joining is bounded by `timeout_s`; a timeout becomes an error naming the master address and port.
+    """
+    problem = visibility_problem(os.environ)
+    if problem:
+        print(f"[rank {env.global_rank}] WARNING: {problem}", file=sys.stderr, flush=True)
+    dev = select_device(env, device)
+    chosen = select_backend(dev, backend)
+    if not env.is_distributed:
+        return DistContext(env=env, device=dev, backend=None)
+    _export_rendezvous(env)
+    try:
+        dist.init_process_group(
+            backend=chosen,
+            init_method="env://",
+            rank=env.global_rank,
+            world_size=env.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=dev if dev.type == "cuda" else None,
+        )
+    except (dist.DistStoreError, RuntimeError) as e:
+        raise ExatrainError(
+            f"rank {env.global_rank}/{env.world_size} could not join the process group at "
+            f"{env.main_address}:{env.main_port} within {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})",
+            "check that every rank was started, that the master address resolves to the first node from all nodes "
+            "and the port is free; raise dist.timeout_s if nodes start slowly",
+        ) from None
+    return DistContext(env=env, device=dev, backend=chosen)
+
+
+def _export_rendezvous(env: ClusterEnvironment) -> None:
+    # c10d's env:// reads these. torchrun's agent already set them (and hosts the store on its
+    # MASTER_PORT), so they are left exactly as the agent wrote them.
+    if env.kind == "torchelastic":
+        return
+    os.environ["MASTER_ADDR"] = env.main_address
+    os.environ["MASTER_PORT"] = str(env.main_port)
+    os.environ["RANK"] = str(env.global_rank)
+    os.environ["WORLD_SIZE"] = str(env.world_size)
+    os.environ["LOCAL_RANK"] = str(env.local_rank)
+    os.environ["LOCAL_WORLD_SIZE"] = str(env.local_world_size)
+
+
+def teardown() -> None:
+    """Leave the process group cleanly (waits for in-flight work first)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

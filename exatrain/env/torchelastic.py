@@ -1,0 +1,45 @@
+"""Processes started by ``torchrun`` (torch.distributed.elastic), possibly inside a SLURM job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exatrain.env._read import check_at_most, check_below, first_set, parse_int, require, require_int
+from exatrain.env.base import ClusterEnvironment, Layout
+from exatrain.env.ports import check_port
+
+_WHY = "torchrun always sets it"
+
+
+class TorchElasticEnvironment(ClusterEnvironment):
+    """Ranks and rendezvous exactly as torchrun assigned them (RANK, LOCAL_RANK, GROUP_RANK, MASTER_*)."""
+
+    kind = "torchelastic"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> bool:
+        """torchrun sets TORCHELASTIC_RUN_ID next to the rank variables in every worker."""
+        return all(first_set(environ, name) for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+    def _read_layout(self, environ: Mapping[str, str]) -> Layout:
+        world = require_int(environ, "WORLD_SIZE", why=_WHY, minimum=1)
+        rank = require_int(environ, "RANK", why=_WHY)
+        local_world = require_int(environ, "LOCAL_WORLD_SIZE", why=_WHY, minimum=1)
+        local_rank = require_int(environ, "LOCAL_RANK", why=_WHY)
+        node_rank = require_int(environ, "GROUP_RANK", why=_WHY)
+        nodes_var = first_set(environ, "GROUP_WORLD_SIZE")
+        num_nodes = parse_int(nodes_var[1], "GROUP_WORLD_SIZE", 1) if nodes_var else world // local_world
+        check_below(rank, "RANK", world, "WORLD_SIZE")
+        check_below(local_rank, "LOCAL_RANK", local_world, "LOCAL_WORLD_SIZE")
+        check_at_most(local_world, "LOCAL_WORLD_SIZE", world, "WORLD_SIZE")
+        check_below(node_rank, "GROUP_RANK", num_nodes, "GROUP_WORLD_SIZE or WORLD_SIZE/LOCAL_WORLD_SIZE")
+        return Layout(world, rank, local_rank, local_world, node_rank, num_nodes)
+
+    def _read_main_address(self, environ: Mapping[str, str], master_suffix: str) -> str:
+        # torchrun's own store listens here; a derived address would point elsewhere, so no suffix is added.
+        return require(environ, "MASTER_ADDR", why=_WHY)[1]
+
+    def _default_port(self, environ: Mapping[str, str]) -> int:
+        # Only reached when MASTER_PORT is unset, which torchrun never leaves it: report that.
+        name, value = require(environ, "MASTER_PORT", why=_WHY)
+        return check_port(value, name)

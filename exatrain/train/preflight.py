@@ -1,0 +1,46 @@
+"""Checks a configuration against a world size before any process is started or group is joined."""
+
+from __future__ import annotations
+
+from exatrain.config import Config
+from exatrain.errors import ConfigError
+from exatrain.models import model_shape
+
+_SPLITS = ("train", "valid", "test")
+
+
+def preflight(cfg: Config, world_size: int) -> None:
+    """Raise ConfigError (with a HINT) for settings that cannot work with `world_size` ranks."""
+    model_shape(cfg.model.size)
+    t, d = cfg.train, cfg.data
+    _positive("train.steps", t.steps)
+    _positive("train.global_batch_size", t.global_batch_size)
+    _positive("train.micro_batch_size", t.micro_batch_size)
+    _positive("data.seq_len", d.seq_len)
+    _positive("train.log_every", t.log_every)
+    per_step = t.micro_batch_size * world_size
+    if t.global_batch_size % per_step:
+        raise ConfigError(
+            f"batch size not divisible as configured: train.global_batch_size={t.global_batch_size} is not a "
+            f"multiple of train.micro_batch_size={t.micro_batch_size} x {world_size} rank(s) = {per_step}",
+            f"pick a global batch that is a multiple of {per_step} (e.g. --train.global_batch_size={per_step * max(1, t.global_batch_size // per_step)}) "
+            "or change the micro batch",
+        )
+    _choice("train.precision", t.precision, ("auto", "bf16", "fp32"))
+    _choice("train.device", t.device, ("auto", "cuda", "cpu"))
+    _choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
+    _choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
+    _choice("data.train_split", d.train_split, _SPLITS)
+    _choice("data.eval_split", d.eval_split, _SPLITS)
+    if not 0.0 <= cfg.model.dropout < 1.0:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
+
+
+def _positive(key: str, value: int) -> None:
+    if value <= 0:
+        raise ConfigError(f"{key} must be positive, got {value}", f"set --{key} to a value of at least 1")
+
+
+def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}", f"use e.g. --{key}={valid[0]}")

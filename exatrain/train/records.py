@@ -1,0 +1,37 @@
+"""What a run leaves in its directory: config, metrics (JSONL), per-rank reports and a summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (temp file then rename), so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class MetricsLog:
+    """Appends one JSON object per line to RUN_DIR/metrics.jsonl (rank 0 only)."""
+
+    def __init__(self, path: Path, enabled: bool):
+        self.enabled = enabled
+        self.path = path
+        if enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+
+    def write(self, **record) -> None:
+        """Record one event, e.g. write(kind="train", step=3, loss=4.2)."""
+        if self.enabled:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """All records of a metrics.jsonl file."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -1,0 +1,43 @@
+"""Entry point of one rank: detect the cluster, join the group, load data, train, leave cleanly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exatrain.config import Config
+from exatrain.data import Corpus, load_corpus
+from exatrain.dist import init_distributed, teardown
+from exatrain.env import ClusterEnvironment, detect_environment
+from exatrain.train.preflight import preflight
+from exatrain.train.trainer import Trainer
+
+
+def detect(cfg: Config, environ=None) -> ClusterEnvironment:
+    """The cluster environment of this process, with the [dist] settings applied."""
+    return detect_environment(
+        environ, master_suffix=cfg.dist.master_suffix, resolve_master=cfg.dist.resolve_master,
+        master_port=cfg.dist.master_port or None,
+    )
+
+
+def cache_dir(cfg: Config) -> str:
+    """Where tokenised data is cached: data.cache_dir, else a .cache folder beside the run directory."""
+    return cfg.data.cache_dir or str(Path(cfg.run.dir).resolve().parent / ".cache" / "data")
+
+
+def prepare_data(cfg: Config) -> Corpus:
+    """Load (and on first use tokenise and cache) the configured corpus."""
+    return load_corpus(cfg.data.kind, cfg.data.path or None, cache_dir(cfg), seed=cfg.data.seed,
+                       max_vocab=cfg.data.max_vocab or None, train_from=cfg.data.train_split)
+
+
+def run_training(cfg: Config, environ=None) -> dict:
+    """Train on this rank as part of whatever job it belongs to; returns the run summary."""
+    env = detect(cfg, environ)
+    preflight(cfg, env.world_size)
+    ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
+    try:
+        corpus = prepare_data(cfg)
+        return Trainer(cfg, ctx, corpus).fit()
+    finally:
+        teardown()

@@ -1,0 +1,192 @@
+"""The trainer: build the model and data for this rank, run the loop, evaluate, save. Kept short."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from exatrain.config import Config, to_toml
+from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch
+from exatrain.dist import DistContext, all_gather_objects, rank_seed, save0, seed_everything, sum_across_ranks
+from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.train.optim import build_optimizer, build_scheduler
+from exatrain.train.progress import ProgressReporter
+from exatrain.train.records import MetricsLog, write_json
+
+
+class Trainer:
+    """Data-parallel training of the reference LM on one rank of a job (or alone)."""
+
+    def __init__(self, cfg: Config, ctx: DistContext, corpus: Corpus):
+        self.cfg, self.ctx, self.corpus = cfg, ctx, corpus
+        t = cfg.train
+        self.run_dir = Path(cfg.run.dir)
+        self.train_tokens = corpus.splits[cfg.data.train_split]
+        self.eval_tokens = corpus.splits[cfg.data.eval_split]
+        self.sampler = GlobalBatchSampler(
+            num_samples=(len(self.train_tokens) - 1) // cfg.data.seq_len, global_batch=t.global_batch_size,
+            rank=ctx.rank, world_size=ctx.world_size, micro_batch=t.micro_batch_size, seed=t.seed,
+        )
+        self.accum = t.global_batch_size // (t.micro_batch_size * ctx.world_size)
+        seed_everything(t.seed)  # identical initial weights on every rank
+        self.model: TransformerLM = build_model(cfg.model.size, len(corpus.vocab), cfg.data.seq_len, cfg.model.dropout)
+        self.model.to(ctx.device)
+        seed_everything(rank_seed(t.seed, ctx.rank))  # different dropout masks per rank
+        self.ddp = self._wrap(self.model)
+        self.optimizer = build_optimizer(self.model, t)
+        self.scheduler = build_scheduler(self.optimizer, t)
+        self.dtype = _autocast_dtype(t.precision, ctx.device)
+        self.step = 0
+        self.best_eval = math.inf
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root)
+        self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.ctx.world_size == 1:
+            return model
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        return DDP(model, device_ids=device_ids)
+
+    def _autocast(self):
+        enabled = self.dtype is not None
+        return torch.autocast(self.ctx.device.type, dtype=self.dtype or torch.float32, enabled=enabled)
+
+    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """One optimizer step over this rank's micro-batches; returns the rank's mean loss (detached).
+
+        Gradients are all-reduced once per step: every micro-batch but the last runs under no_sync.
+        """
+        total = torch.zeros((), device=self.ctx.device)
+        for i, (x, y) in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if last or self.ddp is self.model else self.ddp.no_sync()
+            with sync:
+                with self._autocast():
+                    loss = self.ddp(x, y) / len(micro_batches)
+                loss.backward()
+            total += loss.detach()
+        if self.cfg.train.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        indices = self.sampler.next_step()
+        return [self._to_device(make_batch(self.train_tokens, idx, self.cfg.data.seq_len)) for idx in indices]
+
+    def _to_device(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(self.ctx.device, non_blocking=True) for t in batch)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean token loss and perplexity on the eval split, over all ranks' shares of it."""
+        self.ddp.eval()
+        loss_sum, count = 0.0, 0
+        for batch in eval_batches(self.eval_tokens, self.cfg.data.seq_len, self.cfg.train.micro_batch_size,
+                                  self.ctx.rank, self.ctx.world_size, self.cfg.train.eval_batches or None):
+            x, y = self._to_device(batch)
+            with self._autocast():
+                loss = self.model(x, y)
+            loss_sum += loss.item() * y.numel()
+            count += y.numel()
+        self.ddp.train()
+        loss_sum, count = sum_across_ranks([loss_sum, float(count)], self.ctx.device)
+        loss = loss_sum / max(count, 1.0)
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+    def _record_eval(self) -> dict[str, float]:
+        result = self.evaluate()
+        self.metrics.write(kind="eval", step=self.step, **result)
+        self.progress.line(f"eval  step {self.step:>6} | loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f}")
+        if self.step > 0 and result["loss"] < self.best_eval:
+            self.best_eval = result["loss"]
+            if self.cfg.train.save_model:
+                save0(self.model.state_dict(), self.run_dir / "best.pt")
+        return result
+
+    def fit(self) -> dict:
+        """Train for `train.steps` steps with periodic evaluation; returns the run summary."""
+        t = self.cfg.train
+        tokens_per_step = t.global_batch_size * self.cfg.data.seq_len
+        if self.ctx.is_root:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
+        self.progress.line(self._banner())
+        initial = self._record_eval() if t.eval_at_start else None
+        start = time.perf_counter()
+        while self.step < t.steps:
+            t0 = time.perf_counter()
+            local = self.train_step(self._micro_batches())
+            self.step += 1
+            if self.step % t.log_every == 0 or self.step == t.steps:
+                loss = sum_across_ranks([local.item()], self.ctx.device)[0] / self.ctx.world_size
+                rate = tokens_per_step / (time.perf_counter() - t0)
+                lr = self.scheduler.get_last_lr()[0]
+                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate)
+                self.progress.step(self.step, loss, lr, rate)
+            if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
+                self._record_eval()
+        elapsed = time.perf_counter() - start
+        last = self._record_eval()
+        self.progress.close()
+        return self._finish(initial, last, elapsed, tokens_per_step)
+
+    def _finish(self, initial, final, elapsed: float, tokens_per_step: int) -> dict:
+        if self.cfg.train.save_model:
+            save0(self.model.state_dict(), self.run_dir / "final.pt")
+        digests = all_gather_objects(weights_digest(self.model))
+        env = self.ctx.env
+        write_json(self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json", {
+            **env.to_dict(), "device": str(self.ctx.device), "backend": self.ctx.backend,
+            "weights_sha256": digests[self.ctx.rank],
+        })
+        summary = {
+            "steps": self.step, "world_size": self.ctx.world_size, "model_size": self.cfg.model.size,
+            "parameters": self.model.num_params(), "initial_eval": initial, "final_eval": final,
+            "best_eval_loss": self.best_eval, "train_seconds": elapsed,
+            "tokens_per_s": self.step * tokens_per_step / max(elapsed, 1e-9),
+            "weights_in_sync": len(set(digests)) == 1,
+        }
+        if self.ctx.is_root:
+            write_json(self.run_dir / "summary.json", summary)
+            self.progress.line(_summary_line(summary))
+        return summary
+
+    def _banner(self) -> str:
+        c, t = self.cfg, self.cfg.train
+        return (f"exatrain: model {c.model.size} ({self.model.num_params() / 1e6:.2f}M params), data {c.data.kind} "
+                f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
+                f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
+                f"global batch {t.global_batch_size} = {t.micro_batch_size} x {self.accum} accum x "
+                f"{self.ctx.world_size} ranks, {t.steps} steps -> {self.run_dir}")
+
+
+def _summary_line(s: dict) -> str:
+    start = f"{s['initial_eval']['perplexity']:.2f} -> " if s["initial_eval"] else ""
+    return (f"done: {s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s); "
+            f"validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
+            f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
+
+
+def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    return {"bf16": torch.bfloat16, "fp32": None}[precision]
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 over all parameters' bytes in name order: equal digests mean bit-identical weights."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(p.detach().float().cpu().numpy()).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Debian packages for the real SLURM cluster included; needs root)
+# and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PKGS="munge slurmctld slurmd slurm-client"
+missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"; done)
+if [ -n "$missing" ]; then
+  echo "test: installing Debian packages:" $missing
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+bash scripts/install.sh test
+exec .venv/bin/python -m pytest "$@"
