@@ -8,6 +8,7 @@ are renamed into place only after the archive has been verified.
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import sys
@@ -118,21 +119,21 @@ def _download(url: str, dest: Path, timeout: float, log: IO[str]) -> None:
         req = urllib.request.Request(url, headers={"User-Agent": "exatrain-data-prepare"})
         with urllib.request.urlopen(req, timeout=timeout) as resp, open(dest, "wb") as fh:
             total = int(resp.headers.get("Content-Length") or 0)
-            step = total // 10 if total else 4 << 20
-            got, next_report = 0, step
+            step = max(total // 10, 1) if total else 4 << 20
+            got, reported = 0, 0
             while True:
                 chunk = resp.read(_CHUNK)
                 if not chunk:
                     break
                 fh.write(chunk)
                 got += len(chunk)
-                if got >= next_report:
+                if got - reported >= step:
                     print(_progress(got, total), file=log, flush=True)
-                    next_report += step
+                    reported = got
+            if got != reported:
+                print(_progress(got, total), file=log, flush=True)
             if total and got < total:
                 raise _Failed(f"connection closed after {got} of {total} bytes")
-            if got < next_report - step + 1 or not step:
-                print(_progress(got, total), file=log, flush=True)
     except urllib.error.HTTPError as exc:
         raise _Failed(f"HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
@@ -140,7 +141,7 @@ def _download(url: str, dest: Path, timeout: float, log: IO[str]) -> None:
         raise _Failed(f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason)) from exc
     except TimeoutError as exc:
         raise _Failed(f"timed out after {timeout:g} s") from exc
-    except (ConnectionError, ValueError) as exc:  # resets mid-transfer, malformed URL
+    except (ConnectionError, http.client.HTTPException, ValueError) as exc:  # resets mid-transfer, bad URL
         raise _Failed(f"{type(exc).__name__}: {exc}") from exc
 
 
