@@ -29,7 +29,7 @@ from exatrain.train.trainer import Trainer
 def plain_loop(cfg, corpus, batches):
     """A hand-written loop a user would write: returns a function running one optimizer step."""
     seed_everything(cfg.train.seed)
-    model = build_model(cfg.model.size, len(corpus.vocab), cfg.data.seq_len)
+    model = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len)
     opt = build_optimizer(model, cfg.train)
     sched = build_scheduler(opt, cfg.train)
     tokens = corpus.splits["train"]
@@ -77,8 +77,9 @@ def main():
         ctx = init_distributed(detect_environment({}), "cpu")
         corpus = prepare_data(cfg)
         trainer = Trainer(cfg, ctx, corpus)
-        batches = [trainer.sampler.next_step()[0] for _ in range(64)]
-        trainer.sampler.load_state_dict({**trainer.sampler.state_dict(), "consumed": 0})
+        start = trainer.sampler.state_dict()
+        batches = [mbs[0] for mbs in trainer.sampler.iter_steps(64)]  # the same windows for both sides
+        trainer.sampler.load_state_dict(start)
         sides = {"exatrain": exatrain_loop(trainer), "plain": plain_loop(cfg, corpus, batches)}
         for step in sides.values():
             timed(step, 0, 3)  # warm-up

@@ -23,7 +23,20 @@ def _options_of(fn: Callable[..., Any], skip: int) -> dict[str, Any]:
     return {p.name: p.default for p in params}
 
 
-def load_corpus(kind: str, path: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, **options: Any) -> Corpus:
+#: Per kind, the options load_corpus accepts and their defaults (the reader's keyword parameters).
+OPTIONS: dict[str, dict[str, Any]] = {
+    "synthetic": _options_of(synthetic_corpus, 0),
+    "wikitext": _options_of(load_wikitext, 1),
+    "text": _options_of(load_text_dir, 1),
+}
+
+
+def load_corpus(
+    kind: str,
+    path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    **options: Any,
+) -> Corpus:
     """Load (or generate) corpus ``kind`` from ``path``, tokenised once and then served from ``cache_dir``.
 
     Kinds and their options:
@@ -37,18 +50,12 @@ def load_corpus(kind: str, path: str | os.PathLike | None = None, cache_dir: str
     ``cache_dir`` None/empty disables the cache. Every problem (unknown kind or option, missing or empty
     directory, empty train split) raises DataError with a hint.
     """
-    readers: dict[str, tuple[Callable[..., Corpus], int]] = {
-        "synthetic": (synthetic_corpus, 0),
-        "wikitext": (load_wikitext, 1),
-        "text": (load_text_dir, 1),
-    }
-    if kind not in readers:
+    if kind not in OPTIONS:
         raise DataError(
             f"unknown data kind {kind!r}",
             f"set data.kind to one of: {', '.join(KINDS)}",
         )
-    reader, skip = readers[kind]
-    defaults = _options_of(reader, skip)
+    defaults = OPTIONS[kind]
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise DataError(
@@ -59,15 +66,21 @@ def load_corpus(kind: str, path: str | os.PathLike | None = None, cache_dir: str
         options["max_vocab"] = None  # the config's 0 means "no cap"
     effective = {**defaults, **options}
 
-    if kind == "synthetic":
-        sources: list[Path] = []
-        build = lambda: synthetic_corpus(**effective)  # noqa: E731
-    elif kind == "wikitext":
-        sources = list(wikitext_sources(path, effective["train_from"], effective["valid_from"], effective["test_from"]).values())
-        build = lambda: load_wikitext(path, **effective)  # noqa: E731
-    else:
+    sources: list[Path] = []
+    if kind == "wikitext":
+        roles = wikitext_sources(path, effective["train_from"], effective["valid_from"], effective["test_from"])
+        sources = list(roles.values())
+    elif kind == "text":
         sources = text_files(path)
-        build = lambda: load_text_dir(path, **effective)  # noqa: E731
+
+    def build() -> Corpus:
+        if kind == "synthetic":
+            return synthetic_corpus(**effective)
+        if kind == "wikitext":
+            return load_wikitext(path, **effective)
+        return load_text_dir(path, **effective)
 
     corpus = cached_corpus(cache_dir, kind, sources, effective, build)
-    return check_not_empty(corpus, str(path) if path else kind)
+    if kind == "synthetic":
+        return check_not_empty(corpus, "generated", hint="set n_train_tokens and n_valid_tokens to positive counts")
+    return check_not_empty(corpus, str(path))

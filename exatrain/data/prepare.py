@@ -71,10 +71,11 @@ def prepare_wikitext2(
             print(f"WikiText-2 ready in {out}", file=log, flush=True)
             return out
         raise DataError(
-            "could not download WikiText-2; tried:\n  " + "\n  ".join(failures),
+            f"could not download WikiText-2 into {out}; tried:\n  " + "\n  ".join(failures),
             "run `exatrain data prepare wikitext-2 --out DIR` on a machine with internet access (e.g. a login node; "
             "compute nodes are often offline) and set data.path to DIR; or copy wiki.train.tokens, "
-            "wiki.valid.tokens and wiki.test.tokens into DIR by hand",
+            "wiki.valid.tokens and wiki.test.tokens into DIR by hand (or pass the file:// URL of a "
+            "wikitext-2-v1.zip fetched elsewhere)",
         )
     except OSError as exc:
         raise DataError(
@@ -147,8 +148,15 @@ def _download(url: str, dest: Path, timeout: float, log: IO[str]) -> None:
 
 def _progress(got: int, total: int) -> str:
     if total:
-        return f"  {got / 1e6:.1f} MB / {total / 1e6:.1f} MB ({100 * got // total}%)"
-    return f"  {got / 1e6:.1f} MB"
+        return f"  {_human(got)} / {_human(total)} ({100 * got // total}%)"
+    return f"  {_human(got)}"
+
+
+def _human(n: int) -> str:
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def _extract(archive: Path, dest: Path) -> None:

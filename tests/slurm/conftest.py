@@ -256,7 +256,8 @@ def slurm_cluster(request: pytest.FixtureRequest):
 
         nodes = [f"node{i}" for i in range(1, int((state / "run" / "nodes").read_text()) + 1)]
         gpus = int((state / "run" / "gpus").read_text())
-        cluster = SlurmCluster(state, nodes, gpus, int(os.environ.get("STB_CPUS", "2")))
+        cpus = int((state / "run" / "cpus").read_text())
+        cluster = SlurmCluster(state, nodes, gpus, cpus)
         print(f"\nSLURM testbed up in {time.monotonic() - t0:.1f} s: {cluster}", file=sys.stderr)
         yield cluster
         keep_reason = "tests failed" if request.session.testsfailed else None

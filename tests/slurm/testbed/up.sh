@@ -135,6 +135,7 @@ fi
 export SLURM_CONF=$STATE/etc/slurm.conf
 echo "$NODES" > "$STATE/run/nodes"
 echo "$GPUS" > "$STATE/run/gpus"
+echo "$CPUS" > "$STATE/run/cpus"
 
 # nodeI -> 127.0.1.I. Rewritten in place (not renamed): a bind-mounted /etc/hosts works too.
 {
