@@ -93,7 +93,8 @@ class Trainer:
         self.ddp.eval()
         loss_sum, count = 0.0, 0
         for batch in eval_batches(self.eval_tokens, self.cfg.data.seq_len, self.cfg.train.micro_batch_size,
-                                  self.ctx.rank, self.ctx.world_size, self.cfg.train.eval_batches or None):
+                                  self.ctx.rank, self.ctx.world_size,
+                                  max_total_batches=self.cfg.train.eval_batches or None):
             x, y = self._to_device(batch)
             with self._autocast():
                 loss = self.model(x, y)
