@@ -33,3 +33,15 @@ def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path):
     assert all(d["visibility"]["CUDA_VISIBLE_DEVICES"] == ["0", "1"] for d in ranks)
     assert all(d["world_size"] == 4 and d["main_address"] == "node1" for d in ranks)
     assert len({d["main_port"] for d in ranks}) == 1
+
+
+def test_batch_shell_is_not_rank_zero(slurm_cluster, tmp_path):
+    """The sbatch script itself (no srun) sees SLURM_NTASKS=4 and SLURM_PROCID=0 but is no job step."""
+    script = tmp_path / "shell.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -o shell.out\n"
+                      f"{sys.executable} -m exatrain.cli.main env --json > $SLURM_SUBMIT_DIR/shell.json\n")
+    job = slurm_cluster.sbatch(script, cwd=tmp_path)
+    assert slurm_cluster.wait(job, timeout=120) == "COMPLETED"
+    info = json.loads((tmp_path / "shell.json").read_text())
+    assert info["kind"] == "local" and info["world_size"] == 1 and info["job_id"] == job
+    assert any("srun" in note for note in info["notes"])
