@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -15,8 +14,10 @@ def cmd_train(args, overrides: list[str]) -> int:
     from exatrain.launch import check_nproc, launch_local
     from exatrain.train.preflight import preflight
 
+    from exatrain.env import detect_environment
+
     cfg = load_config(args.config, overrides)
-    env = _detect(cfg)
+    env = detect_environment(None, **cfg.dist.env_options())
     if env.kind != "local":
         if args.nproc not in (None, 1):
             print(f"exatrain: note: --nproc ignored: already launched by {env.kind} "
@@ -48,27 +49,14 @@ def _default_nproc() -> int:
     return count_node_gpus() or 2
 
 
-def _detect(cfg):
-    from exatrain.train.run import detect
-
-    return detect(cfg)
-
-
 def cmd_env(args, overrides: list[str]) -> int:
     """Print the detected environment as a table or JSON."""
     from exatrain.env import detect_environment
-    from exatrain.env.devices import count_node_gpus, pick_device_index, visibility
+    from exatrain.env.devices import describe_devices
 
     cfg = load_config(args.config, overrides)
-    env = detect_environment(None, master_suffix=cfg.dist.master_suffix, resolve_master=cfg.dist.resolve_master,
-                             master_port=cfg.dist.master_port or None)
-    info = env.to_dict()
-    vis = visibility(os.environ)
-    narrowed = next((v for k, v in vis.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
-    count = len(narrowed) if narrowed is not None else count_node_gpus()
-    info["visible_gpus"] = count
-    info["device"] = f"cuda:{pick_device_index(env.local_rank, env.local_world_size, count)}" if count else "cpu"
-    info["visibility"] = {k: v for k, v in vis.items() if v is not None}
+    env = detect_environment(None, **cfg.dist.env_options())
+    info = {**env.to_dict(), **describe_devices(env.local_rank, env.local_world_size)}
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0

@@ -77,6 +77,11 @@ class DistConfig:
     master_suffix: str = doc("", "Appended to the master hostname (JSC: 'i' selects the InfiniBand address).")
     resolve_master: bool = doc(False, "Resolve the master hostname to an IP address before joining.")
 
+    def env_options(self) -> dict:
+        """Keyword arguments of `exatrain.env.detect_environment` that this section sets."""
+        return {"master_suffix": self.master_suffix, "resolve_master": self.resolve_master,
+                "master_port": self.master_port or None}
+
 
 @dataclass(frozen=True)
 class Config:

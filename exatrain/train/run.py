@@ -7,17 +7,9 @@ from pathlib import Path
 from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
 from exatrain.dist import init_distributed, teardown
-from exatrain.env import ClusterEnvironment, detect_environment
+from exatrain.env import detect_environment
 from exatrain.train.preflight import preflight
 from exatrain.train.trainer import Trainer
-
-
-def detect(cfg: Config, environ=None) -> ClusterEnvironment:
-    """The cluster environment of this process, with the [dist] settings applied."""
-    return detect_environment(
-        environ, master_suffix=cfg.dist.master_suffix, resolve_master=cfg.dist.resolve_master,
-        master_port=cfg.dist.master_port or None,
-    )
 
 
 def cache_dir(cfg: Config) -> str:
@@ -38,7 +30,7 @@ def prepare_data(cfg: Config) -> Corpus:
 
 def run_training(cfg: Config, environ=None) -> dict:
     """Train on this rank as part of whatever job it belongs to; returns the run summary."""
-    env = detect(cfg, environ)
+    env = detect_environment(environ, **cfg.dist.env_options())
     preflight(cfg, env.world_size)
     ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
     try:

@@ -1,0 +1,71 @@
+"""Trainer helpers: LR schedule, progress output (terminal vs log, rank 0 only), preflight checks."""
+
+import io
+import math
+
+import pytest
+
+from exatrain.config import load_config
+from exatrain.errors import ConfigError
+from exatrain.train.optim import lr_factor
+from exatrain.train.preflight import preflight
+from exatrain.train.progress import ProgressReporter
+
+
+def test_warmup_then_cosine_to_floor():
+    t = load_config(None, ["--train.steps=110", "--train.warmup_steps=10", "--train.min_lr_ratio=0.1"]).train
+    assert lr_factor(0, t) == pytest.approx(0.1) and lr_factor(9, t) == pytest.approx(1.0)
+    assert lr_factor(10, t) == pytest.approx(1.0)
+    assert lr_factor(60, t) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_factor(110, t) == pytest.approx(0.1) and lr_factor(500, t) == pytest.approx(0.1)
+    factors = [lr_factor(s, t) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(factors, factors[1:]))
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_plain_lines_in_logs_every_n_steps():
+    out = io.StringIO()
+    p = ProgressReporter(total_steps=25, enabled=True, log_every=10, stream=out)
+    for step in range(1, 26):
+        p.step(step, loss=1.0, lr=1e-3, tokens_per_s=1234.0)
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split("|")[0].split()[1] for line in lines] == ["10/25", "20/25", "25/25"]
+    assert "1,234 tok/s" in lines[0]
+
+
+def test_rich_bar_in_a_terminal_and_silence_off_rank_zero():
+    tty = _Tty()
+    p = ProgressReporter(total_steps=5, enabled=True, log_every=1, stream=tty)
+    assert p.bar is not None
+    p.step(1, 2.0, 1e-3, 10.0)
+    p.close()
+    silent = io.StringIO()
+    q = ProgressReporter(total_steps=5, enabled=False, log_every=1, stream=silent)
+    q.step(1, 2.0, 1e-3, 10.0)
+    q.line("hello")
+    assert silent.getvalue() == ""
+
+
+@pytest.mark.parametrize("overrides, world, needle", [
+    (["--train.global_batch_size=12", "--train.micro_batch_size=4"], 2, "not divisible"),
+    (["--model.size=giant"], 1, "giant"),
+    (["--train.steps=0"], 1, "train.steps"),
+    (["--train.precision=fp8"], 1, "train.precision"),
+    (["--data.eval_split=dev"], 1, "data.eval_split"),
+    (["--model.dropout=1.5"], 1, "model.dropout"),
+])
+def test_preflight_rejects_with_hint(overrides, world, needle):
+    with pytest.raises(ConfigError) as e:
+        preflight(load_config(None, overrides), world)
+    assert needle in str(e.value) and "HINT:" in str(e.value)
+
+
+def test_preflight_accepts_defaults_for_common_world_sizes():
+    cfg = load_config()
+    for world in (1, 2):
+        preflight(cfg, world)
