@@ -29,14 +29,15 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     Overrides win over the file; unknown sections or keys and wrongly typed values raise ConfigError
     listing what is valid, before any work starts.
     """
-    data: dict[str, dict[str, Any]] = _read_toml(path) if path else {}
+    data: dict[str, dict[str, Any]] = read_toml(path) if path else {}
     for text in overrides:
         section, key, value = parse_override(text)
         data.setdefault(section, {})[key] = value
     return _build(data, source=path or "overrides")
 
 
-def _read_toml(path: str) -> dict[str, Any]:
+def read_toml(path: str) -> dict[str, Any]:
+    """Parse a TOML file (configs, site profiles), failing with a ConfigError that names it."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {path!r} does not exist", "pass an existing TOML file to --config")
