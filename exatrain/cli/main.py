@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", required=True, help="directory to write the dataset to (then set data.path to it)")
     pr.add_argument("--url", help="download from this URL instead of the default mirrors")
     pr.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt")
+    k = sub.add_parser("checkpoint", allow_abbrev=False, help="work with checkpoints")
+    ksub = k.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")
+    ex = ksub.add_parser("export", allow_abbrev=False,
+                         help="write a checkpoint's model as one plain state dict file (loads with weights_only=True)")
+    ex.add_argument("checkpoint", help="a RUN_DIR/checkpoints/step-N folder")
+    ex.add_argument("output", help="file to write, e.g. model.pt")
     return p
 
 

@@ -84,6 +84,16 @@ class DistConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    """Sharded checkpoints of the whole training state (RUN_DIR/checkpoints/step-N)."""
+
+    interval: int = doc(0, "Save every N steps and after the last step (0 = no checkpoints).")
+    keep: int = doc(3, "Keep the newest K complete checkpoints (0 = keep all); the one resumed from is never deleted.")
+    resume: str = doc("", "Resume from: '' (start fresh), 'auto' (latest complete checkpoint, if any) or a step-N path.")
+    init_from: str = doc("", "Seed the model weights from a plain state dict file (e.g. from `exatrain checkpoint export`).")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration: one section per concern."""
 
@@ -92,3 +102,4 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

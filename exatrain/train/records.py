@@ -18,12 +18,14 @@ def write_json(path: Path, data: dict) -> None:
 class MetricsLog:
     """Appends one JSON object per line to RUN_DIR/metrics.jsonl (rank 0 only)."""
 
-    def __init__(self, path: Path, enabled: bool):
+    def __init__(self, path: Path, enabled: bool, resume_step: int | None = None):
         self.enabled = enabled
         self.path = path
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
+            # a resumed run keeps the records up to its checkpoint; later ones are recomputed
+            kept = [r for r in read_metrics(path) if r["step"] <= resume_step] if resume_step is not None and path.exists() else []
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, **record) -> None:
         """Record one event, e.g. write(kind="train", step=3, loss=4.2)."""

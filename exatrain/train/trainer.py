@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from exatrain.checkpoint import CheckpointManager, TrainingState, load_model_file
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.dist import DistContext, all_gather_objects, rank_seed, save0, seed_everything, sum_across_ranks
@@ -38,16 +39,37 @@ class Trainer:
         self.accum = self.sampler.accumulation_steps
         seed_everything(t.seed)  # identical initial weights on every rank
         self.model: TransformerLM = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, cfg.model.dropout)
+        if cfg.checkpoint.init_from:
+            load_model_file(self.model, cfg.checkpoint.init_from)  # before DDP, which broadcasts rank 0's weights
         self.model.to(ctx.device)
         seed_everything(rank_seed(t.seed, ctx.rank))  # different dropout masks per rank
         self.ddp = self._wrap(self.model)
         self.optimizer = build_optimizer(self.model, t)
         self.scheduler = build_scheduler(self.optimizer, t)
         self.dtype = _autocast_dtype(t.precision, ctx.device)
-        self.step = 0
-        self.best_eval = math.inf
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root)
+        self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.interval, cfg.checkpoint.keep)
+        self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
+                                   self._restore_progress, to_toml(cfg))
+        resume = self.checkpoints.start(cfg.checkpoint.resume)
+        if resume is not None:
+            self.checkpoints.load(resume, self.state)
+            # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)
+            seed_everything(rank_seed(t.seed, ctx.rank) + self.step)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
+                                  resume_step=self.step if resume is not None else None)
         self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)
+        if resume is not None:
+            self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
+
+    def _progress_state(self) -> dict:
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "best_eval": self.best_eval,
+                "sampler": self.sampler.state_dict()}
+
+    def _restore_progress(self, progress: dict) -> None:
+        self.step, self.tokens_seen = int(progress["step"]), int(progress["tokens_seen"])
+        self.best_eval = float(progress["best_eval"])
+        self.sampler.load_state_dict(progress["sampler"])  # global position: valid for any world size
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.ctx.world_size == 1:
@@ -123,12 +145,13 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
         self.progress.line(self._banner())
-        initial = self._record_eval() if t.eval_at_start else None
-        start = time.perf_counter()
+        initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
+        start, first_step = time.perf_counter(), self.step
         while self.step < t.steps:
             t0 = time.perf_counter()
             local = self.train_step(self._micro_batches())
             self.step += 1
+            self.tokens_seen += tokens_per_step
             if self.step % t.log_every == 0 or self.step == t.steps:
                 loss = sum_across_ranks([local.item()], self.ctx.device)[0] / self.ctx.world_size
                 rate = tokens_per_step / (time.perf_counter() - t0)
@@ -137,12 +160,14 @@ class Trainer:
                 self.progress.step(self.step, loss, lr, rate)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 self._record_eval()
+            if self.checkpoints.due(self.step, t.steps):
+                self.checkpoints.save(self.step, self.state)
         elapsed = time.perf_counter() - start
         last = self._record_eval()
         self.progress.close()
-        return self._finish(initial, last, elapsed, tokens_per_step)
+        return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
 
-    def _finish(self, initial, final, elapsed: float, tokens_per_step: int) -> dict:
+    def _finish(self, initial, final, elapsed: float, tokens_trained: int) -> dict:
         if self.cfg.train.save_model:
             save0(self.model.state_dict(), self.run_dir / "final.pt")
         digests = all_gather_objects(weights_digest(self.model))
@@ -155,7 +180,7 @@ class Trainer:
             "steps": self.step, "world_size": self.ctx.world_size, "model_size": self.cfg.model.size,
             "parameters": self.model.num_params(), "initial_eval": initial, "final_eval": final,
             "best_eval_loss": self.best_eval, "train_seconds": elapsed,
-            "tokens_per_s": self.step * tokens_per_step / max(elapsed, 1e-9),
+            "tokens_per_s": tokens_trained / max(elapsed, 1e-9), "tokens_seen": self.tokens_seen,
             "weights_in_sync": len(set(digests)) == 1,
         }
         if self.ctx.is_root:
