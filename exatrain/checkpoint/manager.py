@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
@@ -36,7 +38,8 @@ class CheckpointManager:
     def save(self, step: int, state: TrainingState) -> Path:
         """Write step-N atomically: all ranks write, meet, then rank 0 commits and prunes old ones."""
         partial, final = partial_dir(self.root, step), step_dir(self.root, step)
-        dcp.save({"app": state}, checkpoint_id=str(partial))
+        with _single_process_quiet():
+            dcp.save({"app": state}, checkpoint_id=str(partial))
         barrier()
         if is_root():
             commit(partial, final)
@@ -48,7 +51,17 @@ class CheckpointManager:
         """Restore `state` from a committed checkpoint, after checking it fits the model."""
         require_match(state.model, checkpoint_model_shapes(path), f"checkpoint {path}")
         try:
-            dcp.load({"app": state}, checkpoint_id=str(path))
+            with _single_process_quiet():
+                dcp.load({"app": state}, checkpoint_id=str(path))
         except Exception as e:  # DCP wraps per-rank failures in CheckpointException
             raise ExatrainError(f"loading checkpoint {path} failed ({type(e).__name__}: {str(e)[:500]})",
                                 "the checkpoint may be damaged: resume from an earlier step-N folder") from None
+
+
+
+@contextlib.contextmanager
+def _single_process_quiet():
+    """DCP warns on every call without a process group; a single-process run is intended here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield

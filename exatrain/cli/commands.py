@@ -39,8 +39,8 @@ def cmd_train(args, overrides: list[str]) -> int:
 def _train_here(cfg) -> int:
     from exatrain.train.run import run_training
 
-    run_training(cfg)
-    return 0
+    summary = run_training(cfg)
+    return summary.get("exit_code", 0)
 
 
 def _default_nproc() -> int:

@@ -13,10 +13,12 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from exatrain.checkpoint import CheckpointManager, TrainingState, load_model_file
+from exatrain.checkpoint.preemption import PreemptionFlag
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
-from exatrain.dist import DistContext, all_gather_objects, rank_seed, save0, seed_everything, sum_across_ranks
+from exatrain.dist import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
 from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
 from exatrain.train.optim import build_optimizer, build_scheduler
 from exatrain.train.progress import ProgressReporter
 from exatrain.train.records import MetricsLog, write_json
@@ -59,6 +61,7 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
         self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)
+        self.preemption = PreemptionFlag(tuple(n.strip() for n in cfg.checkpoint.signals.split(",") if n.strip()))
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
 
@@ -160,12 +163,35 @@ class Trainer:
                 self.progress.step(self.step, loss, lr, rate)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 self._record_eval()
-            if self.checkpoints.due(self.step, t.steps):
+            saved = self.checkpoints.due(self.step, t.steps)
+            if saved:
                 self.checkpoints.save(self.step, self.state)
+            if self.preemption.agreed(self.ctx.device):
+                return self._preempted(saved)
         elapsed = time.perf_counter() - start
         last = self._record_eval()
         self.progress.close()
+        self.preemption.restore()
         return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
+
+    def _preempted(self, saved: bool) -> dict:
+        """Every rank got here at the same step: checkpoint, then rank 0 requeues the SLURM job."""
+        self.progress.close()
+        self.progress.line(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {self.step}")
+        path = self.checkpoints.root / f"step-{self.step}"
+        if not saved:
+            path = self.checkpoints.save(self.step, self.state)
+        self.progress.line(f"checkpoint {path} committed")
+        requeued, message = False, "not a SLURM job step: restart with --checkpoint.resume=auto"
+        if is_root() and self.ctx.env.kind == "slurm" and self.ctx.env.job_id:
+            # SLURM ends this job step as soon as the requeue is accepted: say so before asking
+            self.progress.line(f"requeueing SLURM job {self.ctx.env.job_id}; it resumes from this checkpoint")
+            requeued, message = requeue_job(self.ctx.env.job_id)
+        requeued, message = all_gather_objects((requeued, message))[0]
+        self.progress.line(message if requeued else f"{message} (exit code {EXIT_REQUEUE})")
+        self.preemption.restore()
+        return {"preempted": True, "step": self.step, "checkpoint": str(path), "requeued": requeued,
+                "exit_code": 0 if requeued else EXIT_REQUEUE}
 
     def _finish(self, initial, final, elapsed: float, tokens_trained: int) -> dict:
         if self.cfg.train.save_model:

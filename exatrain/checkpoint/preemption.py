@@ -1,0 +1,49 @@
+"""Pre-timeout and preemption signals: finish the step, checkpoint, requeue.
+
+SLURM sends the configured signal (`--signal=USR2@120`; USR2 by default because NCCL may use USR1)
+before the time limit, and some sites send only SIGTERM before killing a job. The handler just sets a
+flag; the trainer checks it after every step, on all ranks together, so every rank stops at the same step.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import torch
+import torch.distributed as dist
+
+from exatrain.errors import ConfigError
+
+
+class PreemptionFlag:
+    """Set by the given signals; `agreed()` is True on every rank once any rank got one."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.received: str | None = None
+        self._previous = {}
+        for name in names:
+            sig = _signal(name)
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+
+    def agreed(self, device: torch.device) -> bool:
+        """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it)."""
+        flag = torch.tensor([1 if self.received else 0], device=device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def restore(self) -> None:
+        """Put back the previous handlers."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal(name: str) -> signal.Signals:
+    key = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+    try:
+        return signal.Signals[key]
+    except KeyError:
+        raise ConfigError(f"checkpoint.signals: unknown signal {name!r}", "use names such as USR2, TERM, USR1") from None

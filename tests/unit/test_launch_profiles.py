@@ -1,0 +1,97 @@
+"""Site profiles and job specs: bundled files load, user files load, bad input fails with a HINT."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exatrain.errors import ConfigError
+from exatrain.launch import JobSpec, bundled_profiles, load_profile
+from exatrain.launch.profiles import PROFILE_DIR
+
+EXPECTED = ["cpu", "generic-amd", "generic-nvidia", "jureca-dc", "juwels-booster", "lumi-g"]
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_bundled_profile_loads(name):
+    profile = load_profile(name)
+    assert profile.name == name
+    assert profile.billing
+
+
+def test_bundled_list():
+    assert bundled_profiles() == EXPECTED
+
+
+def test_lumi_values():
+    p = load_profile("lumi-g")
+    assert p.cpu_masks == ("0xfe000000000000", "0xfe00000000000000", "0xfe0000", "0xfe000000", "0xfe", "0xfe00",
+                           "0xfe00000000", "0xfe0000000000")
+    env = dict(p.comm_env)
+    assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3" and env["FI_CXI_DEFAULT_TX_SIZE"] == "2048"
+    assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
+    assert {"MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TRITON_CACHE_DIR"} <= dict(p.caches).keys()
+    assert load_profile("juwels-booster").master_suffix == "i"
+
+
+def test_user_path_profile(tmp_path):
+    text = (PROFILE_DIR / "generic-nvidia.toml").read_text().replace('name = "generic-nvidia"', 'name = "mysite"')
+    path = tmp_path / "mysite.toml"
+    path.write_text(text.replace("gpus_per_node = 4", "gpus_per_node = 2"))
+    profile = load_profile(str(path))
+    assert (profile.name, profile.gpus_per_node) == ("mysite", 2)
+
+
+def test_unknown_key_rejected(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('gpu_count = 3\n' + (PROFILE_DIR / "cpu.toml").read_text())
+    with pytest.raises(ConfigError, match="unknown key") as exc:
+        load_profile(str(path))
+    assert "HINT: valid keys:" in str(exc.value) and "gpus_per_node" in exc.value.hint
+    # appended at the end, TOML puts the key into the last [[billing]] table: rejected there too
+    path.write_text((PROFILE_DIR / "cpu.toml").read_text() + '\ngpu_count = 3\n')
+    with pytest.raises(ConfigError, match="unknown key.*billing rule") as exc:
+        load_profile(str(path))
+    assert "units_per_gpu_hour" in exc.value.hint
+
+
+def test_unknown_profile_name():
+    with pytest.raises(ConfigError, match="unknown site profile") as exc:
+        load_profile("lumi")
+    assert "lumi-g" in exc.value.hint
+
+
+def test_bad_mask_count(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text((PROFILE_DIR / "lumi-g.toml").read_text().replace('"0xfe", "0xfe00",', ""))
+    with pytest.raises(ConfigError, match="cpu_masks has 6 entries for 8 GPUs"):
+        load_profile(str(path))
+
+
+def test_spec_from_dict_and_errors():
+    spec = JobSpec.from_dict({"nodes": 2, "time": 90, "env": {"B": "2", "A": "1"}, "command": ["python", "x.py"]})
+    assert spec.slurm_time() == "01:30:00" and spec.env == (("A", "1"), ("B", "2"))
+    with pytest.raises(ConfigError, match="unknown job key") as exc:
+        JobSpec.from_dict({"node": 2})
+    assert "nodes" in exc.value.hint
+    with pytest.raises(ConfigError, match="must be int"):
+        JobSpec.from_dict({"nodes": "2"})
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(nodes=0), "at least 1"), (dict(launch="mpirun"), "not a launch mode"), (dict(time="1:5"), "not a time"),
+    (dict(time="0"), "not a time"), (dict(signal="USR2"), "SIG@SECONDS"), (dict(extra_sbatch=("-N2",)), "long flag"),
+])
+def test_spec_value_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match) as exc:
+        JobSpec(**kwargs)
+    assert "HINT:" in str(exc.value)
+
+
+def test_launch_never_imports_torch():
+    code = ("import sys, exatrain.launch, exatrain.launch.spec, exatrain.launch.profiles, exatrain.launch.sbatch, "
+            "exatrain.launch.billing, exatrain.launch.local; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert result.returncode == 0, result.stdout + result.stderr
