@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from exatrain.launch.profiles import SiteProfile
+from exatrain.launch.requeue import EXIT_REQUEUE
 from exatrain.launch.spec import JobSpec
 
 # The one table of spec fields that map 1:1 to sbatch flags (empty values are left out).
@@ -164,7 +165,15 @@ def _command(spec: JobSpec, profile: SiteProfile, run_dir: str) -> list[str]:
 
 
 def _launch(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
-    return (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, run_dir)
+    body = (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, run_dir)
+    return "rc=0\n" + body + " || rc=$?\n\n" + _REQUEUE_TAIL.rstrip("\n")
+
+
+_REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE}: exatrain checkpointed on a pre-timeout signal but could not requeue the job
+# itself (no scontrol inside a container): the batch shell has the SLURM tools, so it requeues here.
+if [ "$rc" -eq {EXIT_REQUEUE} ]; then scontrol requeue "$SLURM_JOB_ID"; fi
+exit "$rc"
+"""
 
 
 def _launch_srun(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:

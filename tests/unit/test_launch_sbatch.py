@@ -139,3 +139,23 @@ def test_too_many_gpus_rejected():
     with pytest.raises(ConfigError, match="exceeds the 8 GPUs") as exc:
         _render("lumi-g", "srun", gpus_per_node=16)
     assert "HINT:" in str(exc.value)
+
+
+@pytest.mark.parametrize("exit_code, requeued", [(75, True), (0, False), (3, False)])
+def test_exit_code_75_requeues_from_the_batch_shell(tmp_path, exit_code, requeued):
+    """Runs a rendered script with stand-ins for srun and scontrol on PATH (only their exit codes and
+    arguments matter here; the real requeue path is tested on the SLURM testbed in tests/slurm)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f"#!/bin/bash\ncase \"$*\" in *exatrain*) exit {exit_code};; esac\nexit 0\n")
+    (bin_dir / "scontrol").write_text(f"#!/bin/bash\necho \"$*\" >> {tmp_path}/scontrol.log\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(render_sbatch(SPEC, load_profile("cpu"), str(tmp_path / "run")))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "j",
+           "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "1", "USER": "u"}
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == exit_code, r.stderr
+    log = tmp_path / "scontrol.log"
+    assert (log.read_text().split() == ["requeue", "4242"]) if requeued else not log.exists()
