@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from exatrain.checkpoint.checks import checkpoint_model_shapes, require_match
 from exatrain.checkpoint.state import TrainingState
@@ -14,13 +18,24 @@ from exatrain.checkpoint.store import (clean_incomplete, commit, partial_dir, pr
 from exatrain.dist import barrier, is_root
 from exatrain.errors import ExatrainError
 
+# DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
+_FAILURES = (Exception, CheckpointException)
+
+# DCP warns on every call without a process group (also from its background thread); a single-process
+# run is intended here.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+
 
 class CheckpointManager:
     """Checkpoints of one run under RUN_DIR/checkpoints; every rank calls every method."""
 
-    def __init__(self, root: Path, interval: int, keep: int):
-        self.root, self.interval, self.keep = Path(root), interval, keep
+    def __init__(self, root: Path, interval: int, keep: int, async_save: bool = False):
+        self.root, self.interval, self.keep, self.async_save = Path(root), interval, keep, async_save
         self.resumed_from: Path | None = None
+        self.pending: tuple[Future, int] | None = None  # the one background save allowed in flight
+        # A background save runs collectives from its own thread: on the training group they would
+        # interleave with the training step's collectives and deadlock, so it gets a group of its own.
+        self.group = dist.new_group(backend="gloo") if async_save and dist.is_initialized() else None
 
     def start(self, resume: str) -> Path | None:
         """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
@@ -35,33 +50,85 @@ class CheckpointManager:
         """Save after this step? Every `interval` steps, and after the last one when saving is on."""
         return self.interval > 0 and (step % self.interval == 0 or step == last_step)
 
-    def save(self, step: int, state: TrainingState) -> Path:
-        """Write step-N atomically: all ranks write, meet, then rank 0 commits and prunes old ones."""
-        partial, final = partial_dir(self.root, step), step_dir(self.root, step)
-        with _single_process_quiet():
+    def save(self, step: int, state: TrainingState, blocking: bool = True) -> Path:
+        """Write step-N; all ranks write, then rank 0 commits and prunes old ones.
+
+        With async saving and `blocking=False`, the state is staged in memory and written by a background
+        thread while training goes on; `poll()` commits it once every rank finished.
+        """
+        self.wait()  # at most one save in flight; a failed one is reported here
+        partial = partial_dir(self.root, step)
+        try:
+            if self.async_save and not blocking:
+                future = dcp.async_save({"app": state}, checkpoint_id=str(partial), process_group=self.group)
+                self.pending = (future, step)
+                return step_dir(self.root, step)
             dcp.save({"app": state}, checkpoint_id=str(partial))
+        except _FAILURES as e:  # DCP gathers every rank's failure, so all ranks raise together
+            raise _save_failed(step, partial, _reason(e)) from None
+        return self._commit(step)
+
+    def _commit(self, step: int) -> Path:
         barrier()
         if is_root():
-            commit(partial, final)
+            commit(partial_dir(self.root, step), step_dir(self.root, step))
             prune(self.root, self.keep, protect=self.resumed_from)
         barrier()
-        return final
+        return step_dir(self.root, step)
+
+    def poll(self, device) -> None:
+        """Collective, once per step: commit the background save when it has finished on every rank."""
+        if self.pending is not None and _all_ranks(self.pending[0].done(), device, dist.ReduceOp.MIN):
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the background save (if any) is written, then commit it; errors become ExatrainError."""
+        if self.pending is None:
+            return
+        future, step = self.pending
+        self.pending = None
+        error = None
+        try:
+            future.result()
+        except _FAILURES as e:  # the background thread's exception, re-raised here
+            error = _reason(e)
+        if _all_ranks(error is not None, None, dist.ReduceOp.MAX):
+            raise _save_failed(step, partial_dir(self.root, step), error or "on another rank", background=True)
+        self._commit(step)
 
     def load(self, path: Path, state: TrainingState) -> None:
         """Restore `state` from a committed checkpoint, after checking it fits the model."""
         require_match(state.model, checkpoint_model_shapes(path), f"checkpoint {path}")
         try:
-            with _single_process_quiet():
-                dcp.load({"app": state}, checkpoint_id=str(path))
-        except Exception as e:  # DCP wraps per-rank failures in CheckpointException
-            raise ExatrainError(f"loading checkpoint {path} failed ({type(e).__name__}: {str(e)[:500]})",
+            dcp.load({"app": state}, checkpoint_id=str(path))
+        except _FAILURES as e:
+            raise ExatrainError(f"loading checkpoint {path} failed ({_reason(e)})",
                                 "the checkpoint may be damaged: resume from an earlier step-N folder") from None
 
 
 
-@contextlib.contextmanager
-def _single_process_quiet():
-    """DCP warns on every call without a process group; a single-process run is intended here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        yield
+def _reason(e: BaseException) -> str:
+    """One line on what went wrong; DCP's exception wraps each failing rank's own exception."""
+    prefix = ""
+    failures = getattr(e, "failures", None)
+    if failures:
+        rank, e = next(iter(failures.items()))
+        prefix = f"rank {rank}: "
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{prefix}{type(e).__name__}: {first[:300]}"
+
+
+def _save_failed(step: int, where: Path, reason: str, background: bool = False) -> ExatrainError:
+    kind = "background save" if background else "save"
+    return ExatrainError(f"the {kind} of step {step} to {where} failed ({reason})",
+                         "check free space and permissions of the run directory; the previous checkpoint "
+                         "is intact and --checkpoint.resume=auto uses it")
+
+
+def _all_ranks(flag: bool, device, op) -> bool:
+    """Combine a boolean over all ranks (MIN = all true, MAX = any true); local value without a group."""
+    if not dist.is_initialized():
+        return flag
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=op)
+    return bool(t.item())

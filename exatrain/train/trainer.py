@@ -50,7 +50,8 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, t)
         self.dtype = _autocast_dtype(t.precision, ctx.device)
         self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.interval, cfg.checkpoint.keep)
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.interval,
+                                             cfg.checkpoint.keep, cfg.checkpoint.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
                                    self._restore_progress, to_toml(cfg))
         resume = self.checkpoints.start(cfg.checkpoint.resume)
@@ -163,11 +164,13 @@ class Trainer:
                 self.progress.step(self.step, loss, lr, rate)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 self._record_eval()
+            self.checkpoints.poll(self.ctx.device)  # commits a finished background save; raises its error
             saved = self.checkpoints.due(self.step, t.steps)
             if saved:
-                self.checkpoints.save(self.step, self.state)
+                self.checkpoints.save(self.step, self.state, blocking=False)
             if self.preemption.agreed(self.ctx.device):
                 return self._preempted(saved)
+        self.checkpoints.wait()
         elapsed = time.perf_counter() - start
         last = self._record_eval()
         self.progress.close()
@@ -178,6 +181,7 @@ class Trainer:
         """Every rank got here at the same step: checkpoint, then rank 0 requeues the SLURM job."""
         self.progress.close()
         self.progress.line(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {self.step}")
+        self.checkpoints.wait()
         path = self.checkpoints.root / f"step-{self.step}"
         if not saved:
             path = self.checkpoints.save(self.step, self.state)
