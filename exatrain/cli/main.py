@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="TOML configuration file")
     t.add_argument("--nproc", type=int, default=None,
                    help="local worker processes when started outside a launcher (default: GPUs on this node, else 2)")
+    t.add_argument("--max-restarts", type=int, default=0,
+                   help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure "
+                        "(they resume from the latest checkpoint)")
 
     e = sub.add_parser("env", allow_abbrev=False, help="show the detected cluster environment of this process")
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")

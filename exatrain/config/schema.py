@@ -89,7 +89,8 @@ class CheckpointConfig:
 
     interval: int = doc(0, "Save every N steps and after the last step (0 = no checkpoints).")
     keep: int = doc(3, "Keep the newest K complete checkpoints (0 = keep all); the one resumed from is never deleted.")
-    resume: str = doc("", "Resume from: '' (start fresh), 'auto' (latest complete checkpoint, if any) or a step-N path.")
+    resume: str = doc("", "Resume from: 'auto' (latest complete checkpoint, if any), a step-N path, or '' (start fresh; "
+                          "'auto' after a torchrun or SLURM restart).")
     init_from: str = doc("", "Seed the model weights from a plain state dict file (e.g. from `exatrain checkpoint export`).")
     async_save: bool = doc(False, "Write periodic checkpoints in a background thread while training continues (one at a time).")
     signals: str = doc("USR2,TERM", "Signals that mean 'time is up': finish the step, checkpoint, requeue (SLURM) and exit; '' = none.")

@@ -83,3 +83,10 @@ def slurm_step_id(environ: Mapping[str, str]) -> str | None:
     """The SLURM step id if this process was started by ``srun`` as a job step, else None."""
     found = first_set(environ, *SLURM_STEP_ID_VARS)
     return found[1] if found else None
+
+
+def read_restart_count(environ: Mapping[str, str]) -> int:
+    """Restarts so far: TORCHELASTIC_RESTART_COUNT (torchrun's agent) or SLURM_RESTART_COUNT (requeue)."""
+    counts = [parse_int(environ[name], name) for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+              if environ.get(name, "").strip()]
+    return max(counts, default=0)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from exatrain.env._read import first_set, slurm_job_id
+from exatrain.env._read import first_set, read_restart_count, slurm_job_id
 from exatrain.env.ports import check_port
 from exatrain.errors import ClusterEnvError
 
@@ -60,6 +60,7 @@ class ClusterEnvironment(abc.ABC):
     ):
         self._layout = self._read_layout(environ)
         self._job_id = self._read_job_id(environ)
+        self._restart_count = read_restart_count(environ)
         self._notes = tuple(self._read_notes(environ))
         address = self._read_main_address(environ, master_suffix)
         self._main_address = resolve_host(address) if resolve_master else address
@@ -148,6 +149,11 @@ class ClusterEnvironment(abc.ABC):
         return self._job_id
 
     @property
+    def restart_count(self) -> int:
+        """How often this job was restarted: by torchrun's elastic agent or by a SLURM requeue (0 = first run)."""
+        return self._restart_count
+
+    @property
     def notes(self) -> tuple[str, ...]:
         """Human-readable remarks, e.g. that this is a batch shell."""
         return self._notes
@@ -161,7 +167,7 @@ class ClusterEnvironment(abc.ABC):
         """All properties as a JSON-able dict (for ``exatrain env`` and logs)."""
         names = (
             "kind", "world_size", "global_rank", "local_rank", "local_world_size", "node_rank", "num_nodes",
-            "main_address", "main_port", "hostname", "job_id", "is_distributed",
+            "main_address", "main_port", "hostname", "job_id", "restart_count", "is_distributed",
         )
         return {**{name: getattr(self, name) for name in names}, "notes": list(self.notes)}
 

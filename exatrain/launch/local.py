@@ -29,6 +29,8 @@ def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int
     ]
 
 
-def launch_local(nproc: int, module: str, args: list[str]) -> int:
+def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> int:
     """Run the workers to completion and return the agent's exit code."""
-    return subprocess.run(torchrun_command(nproc, module, args)).returncode
+    if max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be 0 or more, got {max_restarts}", "use --max-restarts 3, for example")
+    return subprocess.run(torchrun_command(nproc, module, args, max_restarts)).returncode

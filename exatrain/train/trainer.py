@@ -54,7 +54,8 @@ class Trainer:
                                              cfg.checkpoint.keep, cfg.checkpoint.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
                                    self._restore_progress, to_toml(cfg))
-        resume = self.checkpoints.start(cfg.checkpoint.resume)
+        # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
+        resume = self.checkpoints.start(cfg.checkpoint.resume or ("auto" if ctx.env.restart_count else ""))
         if resume is not None:
             self.checkpoints.load(resume, self.state)
             # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)

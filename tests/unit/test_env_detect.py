@@ -333,3 +333,13 @@ def test_importing_env_does_not_import_torch_or_numpy():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_restart_count_from_torchrun_or_slurm():
+    from exatrain.env import detect_environment
+
+    assert detect_environment({}).restart_count == 0
+    assert detect_environment({"SLURM_RESTART_COUNT": "2"}).restart_count == 2
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1"}
+    assert detect_environment(torchrun).restart_count == 1
