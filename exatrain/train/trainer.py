@@ -63,7 +63,7 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
         self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)
-        self.preemption = PreemptionFlag(tuple(n.strip() for n in cfg.checkpoint.signals.split(",") if n.strip()))
+        self.preemption = PreemptionFlag(_preemption_signals(cfg.checkpoint.signals, ctx.env.kind))
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
 
@@ -233,6 +233,15 @@ def _summary_line(s: dict) -> str:
     return (f"done: {s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s); "
             f"validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
             f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
+
+
+def _preemption_signals(setting: str, kind: str) -> tuple[str, ...]:
+    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
+    if kind == "torchelastic":
+        # torchrun's agent stops the surviving workers with SIGTERM when one fails: catching it here would
+        # keep them alive, blocked in a collective with the dead rank, until the agent's kill timeout.
+        names = [n for n in names if n != "TERM"]
+    return tuple(names)
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
