@@ -6,7 +6,6 @@ import warnings
 from concurrent.futures import Future
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 import torch.distributed.checkpoint as dcp
@@ -15,7 +14,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from exatrain.checkpoint.checks import checkpoint_model_shapes, require_match
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import (clean_incomplete, commit, partial_dir, prune, resolve_resume, step_dir)
-from exatrain.dist import barrier, is_root
+from exatrain.dist import all_ranks, any_rank, barrier, is_root
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
@@ -78,7 +77,7 @@ class CheckpointManager:
 
     def poll(self, device) -> None:
         """Collective, once per step: commit the background save when it has finished on every rank."""
-        if self.pending is not None and _all_ranks(self.pending[0].done(), device, dist.ReduceOp.MIN):
+        if self.pending is not None and all_ranks(self.pending[0].done(), device):
             self.wait()
 
     def wait(self) -> None:
@@ -92,7 +91,7 @@ class CheckpointManager:
             future.result()
         except _FAILURES as e:  # the background thread's exception, re-raised here
             error = _reason(e)
-        if _all_ranks(error is not None, None, dist.ReduceOp.MAX):
+        if any_rank(error is not None):
             raise _save_failed(step, partial_dir(self.root, step), error or "on another rank", background=True)
         self._commit(step)
 
@@ -123,12 +122,3 @@ def _save_failed(step: int, where: Path, reason: str, background: bool = False) 
     return ExatrainError(f"the {kind} of step {step} to {where} failed ({reason})",
                          "check free space and permissions of the run directory; the previous checkpoint "
                          "is intact and --checkpoint.resume=auto uses it")
-
-
-def _all_ranks(flag: bool, device, op) -> bool:
-    """Combine a boolean over all ranks (MIN = all true, MAX = any true); local value without a group."""
-    if not dist.is_initialized():
-        return flag
-    t = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(t, op=op)
-    return bool(t.item())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import signal
 
 import torch
-import torch.distributed as dist
 
+from exatrain.dist import any_rank
 from exatrain.errors import ConfigError
 
 
@@ -30,10 +30,7 @@ class PreemptionFlag:
 
     def agreed(self, device: torch.device) -> bool:
         """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it)."""
-        flag = torch.tensor([1 if self.received else 0], device=device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return any_rank(self.received is not None, device)
 
     def restore(self) -> None:
         """Put back the previous handlers."""

@@ -64,6 +64,24 @@ def sum_across_ranks(values: list[float], device: torch.device | None = None) ->
     return t.tolist()
 
 
+def any_rank(flag: bool, device: torch.device | None = None) -> bool:
+    """True on every rank if `flag` is true on at least one (collective; the local flag without a group)."""
+    return _reduce_flag(flag, device, dist.ReduceOp.MAX)
+
+
+def all_ranks(flag: bool, device: torch.device | None = None) -> bool:
+    """True on every rank if `flag` is true on all of them (collective; the local flag without a group)."""
+    return _reduce_flag(flag, device, dist.ReduceOp.MIN)
+
+
+def _reduce_flag(flag: bool, device, op) -> bool:
+    if not dist.is_initialized():
+        return bool(flag)
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=op)
+    return bool(t.item())
+
+
 def all_gather_objects(obj) -> list:
     """Every rank's `obj`, in rank order (a list of one without a process group)."""
     if not dist.is_initialized():

@@ -114,7 +114,7 @@ class JobSpec:
         for key in ("gpus_per_node", "cpus_per_task", "mem_per_gpu_gb"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"job.{key} must be >= 0, got {getattr(self, key)}",
-                                  f"use 0 for the profile's default or a positive number")
+                                  "use 0 for the profile's default or a positive number")
         if self.launch not in LAUNCH_MODES:
             raise ConfigError(f"job.launch = {self.launch!r} is not a launch mode",
                               "use \"srun\" (one task per GPU) or \"torchrun\" (one task per node, c10d rendezvous)")

@@ -71,4 +71,4 @@ def test_readme_reference_matches_the_code():
     text = (ROOT / "README.md").read_text()
     start = text.index("<!-- config-reference:start -->\n") + len("<!-- config-reference:start -->\n")
     end = text.index("<!-- config-reference:end -->")
-    assert text[start:end].strip() == reference().strip(), "regenerate with: exatrain config --reference"
+    assert text[start:end].strip() == reference().strip(), "regenerate with: .venv/bin/python scripts/update_readme_reference.py"
