@@ -72,7 +72,7 @@ def test_bad_mask_count(tmp_path):
 def test_spec_from_dict_and_errors():
     spec = JobSpec.from_dict({"nodes": 2, "time": 90, "env": {"B": "2", "A": "1"}, "command": ["python", "x.py"]})
     assert spec.slurm_time() == "01:30:00" and spec.env == (("A", "1"), ("B", "2"))
-    with pytest.raises(ConfigError, match="unknown job key") as exc:
+    with pytest.raises(ConfigError, match="unknown config key job.node") as exc:
         JobSpec.from_dict({"node": 2})
     assert "nodes" in exc.value.hint
     with pytest.raises(ConfigError, match="must be int"):
