@@ -126,7 +126,7 @@ def cmd_cost(args, overrides: list[str]) -> int:
 def cmd_submit(args, overrides: list[str], runner=None) -> int:
     """Submit (or --dry-run / --test-only) the job; prints job id, script, run dir and output files."""
     from exatrain.launch.runner import SlurmRunner
-    from exatrain.launch.submit import submit, test_only
+    from exatrain.launch.submit import check_schedulable, submit
 
     job = _prepared(args, overrides)
     runner = runner or SlurmRunner()
@@ -136,7 +136,7 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
               f"sbatch --parsable {job.script_path}", file=sys.stderr)
         return 0
     if args.test_only:
-        print(f"SLURM would accept it: {test_only(job, runner)}")
+        print(f"SLURM would accept it: {check_schedulable(job, runner)}")
         return 0
     job_id = submit(job, runner)
     out, err = job.output_paths(job_id)

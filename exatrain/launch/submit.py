@@ -94,7 +94,7 @@ def submit(prepared: Prepared, runner: Runner) -> str:
     return job_id
 
 
-def test_only(prepared: Prepared, runner: Runner) -> str:
+def check_schedulable(prepared: Prepared, runner: Runner) -> str:
     """Ask SLURM whether and when it would start the job (``sbatch --test-only``; nothing is queued).
 
     Returns SLURM's answer ("Job ... to start at ..."); a rejection raises ExatrainError with a HINT.
@@ -106,9 +106,14 @@ def test_only(prepared: Prepared, runner: Runner) -> str:
     return answer.removeprefix("sbatch: ")
 
 
+def _reason(text: str) -> str:
+    """SLURM's first error line without the ``sbatch: error:`` prefix."""
+    line = next((line for line in text.splitlines() if "error" in line.lower()), text.strip() or "no reason given")
+    return re.sub(r"^\w+: error: ", "", line.strip())
+
+
 def _rejection(text: str, verb: str) -> ExatrainError:
-    reason = next((line for line in text.splitlines() if "error" in line.lower()), text.strip() or "no reason given")
-    reason = reason.removeprefix("sbatch: error: ")
+    reason = _reason(text)
     hint = next((h for key, h in _REJECTIONS.items() if key.lower() in text.lower()),
                 "read SLURM's reason above; `exatrain sbatch` prints the script with every flag")
     return ExatrainError(f"SLURM would not {verb} the job: {reason}", hint)
@@ -123,7 +128,7 @@ def status(runner: Runner, job_id: str | None = None) -> str:
     args = ["squeue", "--noheader", f"--format={fmt}"] + (["--jobs", job_id] if job_id else ["--me"])
     done = runner(args)
     if done.returncode != 0 and not job_id:
-        raise ExatrainError(f"squeue failed: {(done.stderr or done.stdout).strip()}",
+        raise ExatrainError(f"squeue failed: {_reason(done.stderr or done.stdout)}",
                             "check that the SLURM controller is reachable from here (SLURM_CONF, `scontrol ping`)")
     rows = done.stdout.strip() if done.returncode == 0 else ""
     if rows or not job_id:
@@ -152,5 +157,5 @@ def cancel(runner: Runner, job_id: str) -> None:
         raise ExatrainError(f"{job_id!r} is not a SLURM job id", "pass the number printed by `exatrain submit`")
     done = runner(["scancel", job_id])
     if done.returncode != 0:
-        raise ExatrainError(f"scancel {job_id} failed: {(done.stderr or done.stdout).strip()}",
+        raise ExatrainError(f"scancel {job_id} failed: {_reason(done.stderr or done.stdout)}",
                             "check the id with `exatrain status`; only your own jobs can be cancelled")
