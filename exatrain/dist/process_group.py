@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from exatrain.env import ClusterEnvironment
 from exatrain.env.devices import pick_device_index, visibility_problem
+from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
 
 
@@ -76,7 +77,9 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
                      timeout_s: float = 300.0) -> DistContext:
     """Pick this rank's device and, for more than one rank, join the process group.
 
-    Joining is bounded by `timeout_s`; a timeout becomes an error naming the master address and port.
+    A master address that cannot work (loopback or this node's own name on a non-first node of a multi-node
+    job, or unresolvable) fails at once; joining is bounded by `timeout_s`, and a timeout becomes an error
+    naming the master address and port.
     """
     problem = visibility_problem(os.environ)
     if problem:
@@ -85,6 +88,7 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
     chosen = select_backend(dev, backend)
     if not env.is_distributed:
         return DistContext(env=env, device=dev, backend=None)
+    check_master(env)  # a master that cannot work fails now, not after timeout_s of waiting
     _export_rendezvous(env)
     try:
         dist.init_process_group(
