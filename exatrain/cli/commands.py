@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -51,6 +50,8 @@ def _default_nproc() -> int:
 
 def cmd_env(args, overrides: list[str]) -> int:
     """Print the detected environment as a table or JSON."""
+    import json
+
     from exatrain.env import detect_environment
     from exatrain.env.devices import describe_devices
 

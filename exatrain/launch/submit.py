@@ -9,14 +9,17 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
 from exatrain.launch.profiles import SiteProfile, load_profile
-from exatrain.launch.runner import Runner
 from exatrain.launch.sbatch import render_sbatch
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
+
+if TYPE_CHECKING:  # the runner module (subprocess) is loaded only where SLURM is really called
+    from exatrain.launch.runner import Runner
 
 # sbatch's rejection reasons (Slurm 22.05+) -> what to change
 _REJECTIONS = {
