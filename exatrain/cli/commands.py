@@ -15,6 +15,8 @@ def cmd_train(args, overrides: list[str]) -> int:
 
     from exatrain.env import detect_environment
 
+    if args.affinity:
+        overrides = [*overrides, f"--dist.affinity={args.affinity}"]
     cfg = load_config(args.config, overrides)
     env = detect_environment(None, **cfg.dist.env_options())
     if env.kind != "local":

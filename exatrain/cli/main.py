@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="TOML configuration file")
     t.add_argument("--nproc", type=int, default=None,
                    help="local worker processes when started outside a launcher (default: GPUs on this node, else 2)")
+    t.add_argument("--affinity", choices=["warn", "strict", "off"],
+                   help="shorthand for --dist.affinity: check each rank's CPU affinity against the cores expected "
+                        "for it; strict fails the job on a mismatch")
     t.add_argument("--max-restarts", type=int, default=0,
                    help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure "
                         "(they resume from the latest checkpoint)")

@@ -39,7 +39,7 @@ def test_wrong_mask_is_reported_in_the_table(tmp_path, profile):
 
 
 def test_strict_fails_the_run(tmp_path, profile):
-    r = run_exatrain(["train", "--nproc=1", "--dist.affinity=strict", f"--job.profile={profile}",
+    r = run_exatrain(["train", "--nproc=1", "--affinity=strict", f"--job.profile={profile}",
                       f"--run.dir={tmp_path}/run", *TINY], cwd=tmp_path, timeout=300, wrap=["taskset", "-c", "1"])
     assert r.returncode == 2, r.stdout + r.stderr
     assert "CPU affinity mismatch (dist.affinity=strict): rank 0" in r.stderr and "HINT:" in r.stderr
