@@ -9,6 +9,7 @@ import time
 import torch.distributed as dist
 
 from exatrain.env import ClusterEnvironment
+from exatrain.env.affinity import format_ranges
 from exatrain.errors import ExatrainError
 
 _HINT = ("check that every rank was started (the job's other nodes, `srun` errors in the job log), that the master "
@@ -45,7 +46,7 @@ def _wait_for_all(store: dist.Store, prefix: str, world: int, timeout_s: float) 
     while store.add(f"{prefix}count", 0) < world:
         if time.monotonic() > deadline:
             missing = [r for r in range(world) if not store.check([f"{prefix}rank/{r}"])]
-            verdict = f"{len(missing)} of {world} ranks never checked in: {_ranks(missing)}"
+            verdict = f"{len(missing)} of {world} ranks never checked in: {format_ranges(missing)}"
             store.set(f"{prefix}verdict", verdict)
             _linger(store, prefix, world - len(missing) - 1)
             return verdict
@@ -71,13 +72,3 @@ def _wait_for_verdict(store: dist.Store, prefix: str, timeout_s: float) -> str:
     except (dist.DistError, RuntimeError):
         return "rank 0 did not report that all ranks checked in (it failed or never came)"
 
-
-def _ranks(ranks: list[int]) -> str:
-    """[1, 2, 3, 7] -> "1-3, 7" (thousands of missing ranks stay one short line)."""
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)

@@ -11,7 +11,7 @@ A rank is ``ok`` when its affinity equals the mask (1.) or lies within the NUMA 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,16 +53,16 @@ def parse_cpulist(text: str) -> set[int]:
     return cores
 
 
-def format_cores(cores: set[int] | None) -> str:
-    """{0, 1, 2, 5} -> ``"0-2,5"`` (``"-"`` for None)."""
-    if cores is None:
+def format_ranges(numbers: Iterable[int] | None) -> str:
+    """{0, 1, 2, 5} -> ``"0-2,5"`` (``"-"`` for None): core lists, and rank lists that stay short at scale."""
+    if numbers is None:
         return "-"
-    ranges, items = [], sorted(cores)
-    for core in items:
-        if ranges and core == ranges[-1][1] + 1:
-            ranges[-1][1] = core
+    ranges, items = [], sorted(numbers)
+    for n in items:
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
         else:
-            ranges.append([core, core])
+            ranges.append([n, n])
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
 
 
@@ -136,7 +136,7 @@ def check_rank(rank: int, host: str, gpu: int | None, local_rank: int, masks: Se
     expected, source = expected_cores(gpu, local_rank, masks, root)
     verdict = _verdict(expected, source, actual)
     label = f"cuda:{gpu}" if gpu is not None else "cpu"
-    return AffinityReport(rank, host, label, format_cores(expected), format_cores(actual), verdict)
+    return AffinityReport(rank, host, label, format_ranges(expected), format_ranges(actual), verdict)
 
 
 def _verdict(expected: set[int] | None, source: str, actual: set[int]) -> str:
@@ -146,12 +146,12 @@ def _verdict(expected: set[int] | None, source: str, actual: set[int]) -> str:
         missing, extra = sorted(expected - actual), sorted(actual - expected)
         why = []
         if missing:
-            why.append(f"lacks {format_cores(set(missing))}")
+            why.append(f"lacks {format_ranges(set(missing))}")
         if extra:
-            why.append(f"also on {format_cores(set(extra))}")
+            why.append(f"also on {format_ranges(set(extra))}")
         return "MISMATCH: " + ", ".join(why) + " (profile mask)"
     if source == "numa" and not actual <= expected:
-        return f"MISMATCH: cores {format_cores(actual - expected)} are off the GPU's NUMA node"
+        return f"MISMATCH: cores {format_ranges(actual - expected)} are off the GPU's NUMA node"
     return "ok"
 
 

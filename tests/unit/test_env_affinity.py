@@ -6,7 +6,7 @@ import os
 import pytest
 
 from exatrain.env.affinity import (
-    check_rank, expected_cores, format_cores, format_table, gpu_numa_nodes, mask_to_cores, parse_cpulist,
+    check_rank, expected_cores, format_ranges, format_table, gpu_numa_nodes, mask_to_cores, parse_cpulist,
     physical_gpu,
 )
 from exatrain.launch import load_profile
@@ -16,12 +16,12 @@ from exatrain.launch.profiles import PROFILE_DIR
 def test_lumi_masks_are_the_gcd_ccds():
     masks = load_profile("lumi-g").cpu_masks
     # slurm-facts.md: GCD 0 -> 49-55, GCD 1 -> 57-63, GCD 2 -> 17-23, GCD 4 -> 1-7
-    assert [format_cores(mask_to_cores(masks[g])) for g in (0, 1, 2, 4)] == ["49-55", "57-63", "17-23", "1-7"]
+    assert [format_ranges(mask_to_cores(masks[g])) for g in (0, 1, 2, 4)] == ["49-55", "57-63", "17-23", "1-7"]
 
 
 def test_cpulist_round_trip():
     assert parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert format_cores({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11" and format_cores(None) == "-"
+    assert format_ranges({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11" and format_ranges(None) == "-"
 
 
 def _fake_sysfs(root):
@@ -73,7 +73,7 @@ def test_physical_gpu_follows_visibility():
 
 def test_table_and_real_affinity():
     me = check_rank(0, "host", None, 0, ())  # this process's real affinity
-    assert me.actual == format_cores(os.sched_getaffinity(0)) and me.verdict == "unchecked"
+    assert me.actual == format_ranges(os.sched_getaffinity(0)) and me.verdict == "unchecked"
     table = format_table([me, check_rank(1, "host", None, 0, ("0x1",), actual={1})]).splitlines()
     assert table[0].split() == ["rank", "host", "GPU", "expected", "cores", "actual", "cores", "verdict"]
     assert table[2].split()[:5] == ["1", "host", "cpu", "0", "1"] and "MISMATCH" in table[2]
