@@ -143,7 +143,8 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
         return 0
     job_id = submit(job, runner)
     out, err = job.output_paths(job_id)
-    tasks = f" ({job.sweep.size} array tasks, run dirs {job.run_dir}/array-N)" if job.sweep else ""
+    tasks = (f" ({job.sweep.size} array tasks, run dirs {job.run_dir}/array-N; in output files %a = task "
+             "index, %j = task job id)") if job.sweep else ""
     print(f"submitted job {job_id}{tasks}\n  script  {job.script_path}\n  config  {job.config_path}\n"
           f"  run dir {job.run_dir}\n  stdout  {out}\n  stderr  {err}\n"
           f"follow it with: exatrain status {job_id}")

@@ -48,10 +48,10 @@ class Prepared:
     sweep: Sweep | None
 
     def output_paths(self, job_id: str) -> tuple[str, str]:
-        """stdout and stderr files of the job (array: of task 0), with %x/%j/%A/%a filled in."""
+        """stdout and stderr files of the job with %x/%j/%A filled in (arrays keep %a and %j: one per task)."""
         base = self.script_path.parent
-        out = _fill(self.spec.output, self.spec.name, job_id)
-        err = _fill(self.spec.error, self.spec.name, job_id) if self.spec.error else out
+        out = _fill(self.spec.output, self.spec.name, job_id, bool(self.sweep))
+        err = _fill(self.spec.error, self.spec.name, job_id, bool(self.sweep)) if self.spec.error else out
         return str(base / out), str(base / err)
 
 
@@ -76,10 +76,9 @@ def _is_path(profile: str) -> bool:
     return profile.endswith(".toml") or "/" in profile
 
 
-def _fill(pattern: str, name: str, job_id: str) -> str:
-    array_id, _, task = job_id.partition("_")
-    values = {"x": name, "j": job_id if not task else "<task job id>", "A": array_id, "a": task or "0", "%": "%"}
-    return re.sub(r"%([xjAa%])", lambda m: values[m.group(1)], pattern)
+def _fill(pattern: str, name: str, job_id: str, array: bool) -> str:
+    values = {"x": name, "A": job_id} if array else {"x": name, "j": job_id, "A": job_id, "a": "0", "%": "%"}
+    return re.sub(r"%([xjAa%])", lambda m: values.get(m.group(1), m.group(0)), pattern)
 
 
 def submit(prepared: Prepared, runner: Runner) -> str:

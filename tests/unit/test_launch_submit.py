@@ -46,6 +46,8 @@ def test_submit_writes_script_and_config_next_to_run_dir(tmp_path):
     assert load_config(str(config)) == load_config(None, [f"--run.dir={tmp_path}/runs/exp", "--job.profile=cpu",
                                                           "--job.gpus_per_node=2", "--job.nodes=2"])
     assert job.output_paths("4242") == (f"{tmp_path}/runs/exatrain-4242.out",) * 2
+    array = prepare(_cfg(tmp_path, "--job.output=%x-%A_%a-%j.out", "--job.error=e%%%j"), parse_sweep(["train.seed=1,2"]))
+    assert array.output_paths("9") == (f"{tmp_path}/runs/exatrain-9_%a-%j.out", f"{tmp_path}/runs/e%%%j")  # still patterns
 
 
 def test_sbatch_failure_is_a_readable_error(tmp_path):
