@@ -76,10 +76,15 @@ def bundled_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
 
 
+def is_profile_path(name_or_path: str) -> bool:
+    """Whether a profile is given as a file path (``./site.toml``) rather than a bundled name."""
+    return name_or_path.endswith(".toml") or "/" in name_or_path
+
+
 def load_profile(name_or_path: str) -> SiteProfile:
     """Load a bundled profile by name (``lumi-g``) or a user's profile file by path (``./my-site.toml``)."""
     path = Path(name_or_path)
-    if name_or_path.endswith(".toml") or "/" in name_or_path:
+    if is_profile_path(name_or_path):
         if not path.is_file():
             raise ConfigError(f"site profile file {name_or_path!r} does not exist",
                               f"pass a bundled profile name ({', '.join(bundled_profiles())}) or an existing .toml file")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
-from exatrain.launch.profiles import SiteProfile, load_profile
+from exatrain.launch.profiles import SiteProfile, is_profile_path, load_profile
 from exatrain.launch.sbatch import render_sbatch
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
@@ -49,31 +49,33 @@ class Prepared:
 
     def output_paths(self, job_id: str) -> tuple[str, str]:
         """stdout and stderr files of the job with %x/%j/%A filled in (arrays keep %a and %j: one per task)."""
-        base = self.script_path.parent
         out = _fill(self.spec.output, self.spec.name, job_id, bool(self.sweep))
         err = _fill(self.spec.error, self.spec.name, job_id, bool(self.sweep)) if self.spec.error else out
-        return str(base / out), str(base / err)
+        return out, err
 
 
 def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     """Check the ``[job]`` section against its profile and render the script; nothing is written.
 
     The script and the resolved config go next to the run directory (``runs/exp.sbatch`` and
-    ``runs/exp.toml`` for run.dir = runs/exp); a profile given as a path is made absolute for the ranks.
+    ``runs/exp.toml`` for run.dir = runs/exp), and so do relative output patterns. Paths the ranks need (run
+    directory, a profile file) are made absolute; other relative paths (data) stay relative to the directory
+    `submit` runs in, which is the job's working directory as with plain sbatch.
     """
-    job = cfg.job
-    if _is_path(job.profile):
-        job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
-    cfg = dataclasses.replace(cfg, job=job)
-    spec, profile = JobSpec.from_config(job), load_profile(job.profile)
     run_dir = Path(cfg.run.dir).resolve()
-    config_path, script_path = run_dir.with_name(run_dir.name + ".toml"), run_dir.with_name(run_dir.name + ".sbatch")
+    script_path, config_path = run_dir.with_name(run_dir.name + ".sbatch"), run_dir.with_name(run_dir.name + ".toml")
+    job = dataclasses.replace(cfg.job, output=_beside(cfg.job.output, script_path.parent),
+                              error=_beside(cfg.job.error, script_path.parent))
+    if is_profile_path(job.profile):
+        job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
+    cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
+    spec, profile = JobSpec.from_config(job), load_profile(job.profile)
     return Prepared(spec, profile, run_dir, script_path, config_path,
                     render_sbatch(spec, profile, str(run_dir), str(config_path), sweep), to_toml(cfg), sweep)
 
 
-def _is_path(profile: str) -> bool:
-    return profile.endswith(".toml") or "/" in profile
+def _beside(pattern: str, directory: Path) -> str:
+    return str(directory / pattern) if pattern and not Path(pattern).is_absolute() else pattern
 
 
 def _fill(pattern: str, name: str, job_id: str, array: bool) -> str:
@@ -86,7 +88,7 @@ def submit(prepared: Prepared, runner: Runner) -> str:
     prepared.script_path.parent.mkdir(parents=True, exist_ok=True)
     prepared.config_path.write_text(prepared.config_text)
     prepared.script_path.write_text(prepared.script)
-    done = runner(["sbatch", "--parsable", str(prepared.script_path)], cwd=str(prepared.script_path.parent))
+    done = runner(["sbatch", "--parsable", str(prepared.script_path)])
     if done.returncode != 0:
         raise _rejection(done.stderr or done.stdout, "submit")
     job_id = done.stdout.strip().split(";")[0]

@@ -40,11 +40,13 @@ def test_submit_writes_script_and_config_next_to_run_dir(tmp_path):
     assert submit(job, runner) == "4242"
     script, config = tmp_path / "runs" / "exp.sbatch", tmp_path / "runs" / "exp.toml"
     assert script.read_text() == job.script and config.is_file()
-    assert runner.calls == [(["sbatch", "--parsable", str(script)], None, str(tmp_path / "runs"))]
+    assert runner.calls == [(["sbatch", "--parsable", str(script)], None, None)]  # from the user's directory
     assert f"--config={config}" in job.script and f"--run.dir={tmp_path}/runs/exp" in job.script
-    # the ranks read the same configuration back
+    assert f"#SBATCH --output={tmp_path}/runs/%x-%j.out" in job.script  # output beside the run dir
+    # the ranks read the same configuration back (paths made absolute)
     assert load_config(str(config)) == load_config(None, [f"--run.dir={tmp_path}/runs/exp", "--job.profile=cpu",
-                                                          "--job.gpus_per_node=2", "--job.nodes=2"])
+                                                          "--job.gpus_per_node=2", "--job.nodes=2",
+                                                          f"--job.output={tmp_path}/runs/%x-%j.out"])
     assert job.output_paths("4242") == (f"{tmp_path}/runs/exatrain-4242.out",) * 2
     array = prepare(_cfg(tmp_path, "--job.output=%x-%A_%a-%j.out", "--job.error=e%%%j"), parse_sweep(["train.seed=1,2"]))
     assert array.output_paths("9") == (f"{tmp_path}/runs/exatrain-9_%a-%j.out", f"{tmp_path}/runs/e%%%j")  # still patterns
