@@ -160,6 +160,22 @@ def test_test_only_rejects_impossible_request(slurm_cluster, tmp_path):
     assert not (tmp_path / "r.sbatch").exists()  # nothing written, nothing queued
 
 
+def test_master_set_to_own_hostname_on_every_node(slurm_cluster, tmp_path):
+    """`MASTER_ADDR=$(hostname)` evaluated in every task (what job scripts do where scontrol is missing in a
+    container): the second node's ranks stop at once with the HINT; the first node's ranks (whose master is
+    right) stop at the join timeout naming the ranks that never checked in, instead of hanging."""
+    config = _job_toml(tmp_path)
+    run_dir = tmp_path / "runs" / "own"
+    rank = ["bash", "-c", 'export MASTER_ADDR=$(hostname); exec exatrain train "$@"', "rank",
+            f"--config={run_dir.parent / 'own.toml'}", f"--run.dir={run_dir}"]
+    job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}",
+                                 f"--job.command={json.dumps(rank)}", "--dist.timeout_s=15", timeout=180)
+    assert state == "FAILED", log
+    assert log.count("is this node's own host name, but rank") == 2 and "HINT: unset MASTER_ADDR" in log, log
+    assert "2 of 4 ranks never checked in: 2-3" in log, log
+    assert "Traceback" not in log
+
+
 def test_status_and_cancel(slurm_cluster, tmp_path):
     config = _job_toml(tmp_path)
     r = _exatrain(slurm_cluster, "submit", str(config), "--job.nodes=1", '--job.command=["sleep", "300"]',
