@@ -20,6 +20,10 @@ def check_affinity(ctx: DistContext, profile: str, mode: str) -> None:
     gpu = physical_gpu(ctx.device.index or 0) if ctx.device.type == "cuda" else None
     mine = check_rank(ctx.rank, ctx.env.hostname, gpu, ctx.local_rank, load_profile(profile).cpu_masks)
     reports = all_gather_objects(mine)
+    if all(r.verdict == "unchecked" for r in reports):
+        print0(f"CPU affinity: unchecked (profile {profile} has no CPU masks and no rank uses a GPU whose NUMA "
+               "node is known)")
+        return
     print0(f"CPU affinity (profile {profile}):\n{format_table(reports)}")
     bad = [r for r in reports if r.mismatch]
     if not bad:
