@@ -170,3 +170,17 @@ def test_cli_bad_job_value_is_an_error_with_hint(tmp_path, capsys):
     assert main(["sbatch", "--job.profile=cpu", "--job.launch=mpirun"]) == 2
     err = capsys.readouterr().err
     assert "not a launch mode" in err and "HINT:" in err
+
+
+def test_requeue_goes_through_the_same_runner():
+    from exatrain.launch.requeue import requeue_job
+
+    runner = FakeRunner()
+    assert requeue_job("42", runner) == (True, "job 42 requeued") and runner.calls[0][0] == ["scontrol", "requeue", "42"]
+    refused = FakeRunner(scontrol=(1, "", "scontrol: error: Job is no longer pending execution"))
+    assert requeue_job("42", refused)[0] is False
+
+    def no_scontrol(args, **kw):
+        return SlurmRunner(env={"PATH": "/nonexistent"})(args, **kw)
+
+    assert requeue_job("42", no_scontrol) == (False, "scontrol not found (container without SLURM tools?)")
