@@ -107,8 +107,13 @@ def _prepared(args, overrides: list[str]):
 
 
 def cmd_sbatch(args, overrides: list[str]) -> int:
-    """Print the job script exactly as `submit` would write it."""
-    print(_prepared(args, overrides).script, end="")
+    """Print the job script exactly as `submit` would write it (and say if its output directory is missing)."""
+    job = _prepared(args, overrides)
+    print(job.script, end="")
+    folder = Path(job.output_paths("0")[0]).parent
+    if not folder.is_dir():
+        print(f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
+              "submitting this script by hand, or use `exatrain submit`", file=sys.stderr)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,9 @@ def _toml_value(value: Any, type_name: str = "") -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = value.replace("\\", "\\\\").replace('"', '\\"')
+        # TOML basic strings hold no raw control characters: the value stays on one line
+        return '"' + re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", text) + '"'
     return repr(value)
 
 

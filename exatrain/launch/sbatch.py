@@ -28,20 +28,22 @@ RDZV_PY = ("import sys; from exatrain.env.hostlist import expand_nodelist; from 
            "print(expand_nodelist(sys.argv[1], \"SLURM_JOB_NODELIST\")[0], derive_port(sys.argv[2]))")
 
 
-def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str, config_file: str = "",
+def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str, config: tuple[str, str] | None = None,
                   sweep: Sweep | None = None) -> str:
     """The whole script: header, environment, per-node preparation and the launch line.
 
-    ``config_file`` is passed to exatrain's trainer as ``--config``; with a ``sweep`` the script is a job
-    array whose task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key.
+    ``config`` = (file, TOML text): the script writes the text to the file and exatrain's trainer reads it
+    with ``--config``, so the script is all a job needs. With a ``sweep`` the script is a job array whose
+    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key.
     """
     spec.check_against(profile)
-    rank_args = _Trainer(run_dir, config_file, sweep)
+    rank_args = _Trainer(run_dir, config[0] if config else "", sweep)
     parts = [
         _shebang(spec, profile),
         "\n".join(f"#SBATCH {flag}" for flag in sbatch_flags(spec, profile, sweep)),
         "set -euo pipefail",
         _run_dir(run_dir, sweep),
+        _config_file(config),
         _environment(spec, profile),
         _prepare_nodes(spec, profile),
         _launch(spec, profile, rank_args),
@@ -102,6 +104,22 @@ def _run_dir(run_dir: str, sweep: Sweep | None) -> str:
     return "\n".join(lines + [
         'mkdir -p -- "$RUN_DIR"',
         'echo "exatrain job $SLURM_JOB_ID ($SLURM_JOB_NAME) on $SLURM_JOB_NODELIST, run dir $RUN_DIR"',
+    ])
+
+
+_CONFIG_END = "EXATRAIN_CONFIG_END"  # TOML lines are "key = value" or "[section]": never this bare word
+
+
+def _config_file(config: tuple[str, str] | None) -> str:
+    if not config:
+        return ""
+    path, text = config
+    return "\n".join([
+        "# The configuration the ranks train with (--config below), written by this script so that the script",
+        "# is all the job needs. A quoted here-document: nothing in it is expanded by the shell.",
+        f"cat > {shlex.quote(path)} <<'{_CONFIG_END}'",
+        text.rstrip("\n"),
+        _CONFIG_END,
     ])
 
 

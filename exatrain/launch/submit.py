@@ -57,7 +57,8 @@ class Prepared:
 def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     """Check the ``[job]`` section against its profile and render the script; nothing is written.
 
-    The script and the resolved config go next to the run directory (``runs/exp.sbatch`` and
+    The script (which also writes the resolved config for the ranks, so it can be submitted by hand) and
+    the config go next to the run directory (``runs/exp.sbatch`` and
     ``runs/exp.toml`` for run.dir = runs/exp), and so do relative output patterns. Paths the ranks need (run
     directory, a profile file) are made absolute; other relative paths (data) stay relative to the directory
     `submit` runs in, which is the job's working directory as with plain sbatch.
@@ -70,8 +71,9 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
         job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
     cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
+    text = to_toml(cfg)
     return Prepared(spec, profile, run_dir, script_path, config_path,
-                    render_sbatch(spec, profile, str(run_dir), str(config_path), sweep), to_toml(cfg), sweep)
+                    render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep), text, sweep)
 
 
 def _beside(pattern: str, directory: Path) -> str:

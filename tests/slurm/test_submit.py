@@ -118,10 +118,23 @@ def test_srun_gpus_per_task_with_hostile_name_and_path(slurm_cluster, tmp_path):
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
 def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path, launch):
     """srun with every GPU of the node visible to every rank, and torchrun (one task per node, c10d
-    rendezvous on the first node): rank i of a node uses GPU i."""
+    rendezvous on the first node): rank i of a node uses GPU i. The srun case submits the script that
+    `exatrain sbatch` prints with plain sbatch: the script alone (it writes the ranks' config) is a job."""
     config = _job_toml(tmp_path, launch=launch, visibility="gpus-per-node")
     run_dir = tmp_path / "runs" / launch
-    job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}")
+    if launch == "torchrun":
+        job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}")
+    else:
+        printed = _exatrain(slurm_cluster, "sbatch", str(config), f"--run.dir={run_dir}", cwd=tmp_path)
+        assert printed.returncode == 0, printed.stderr
+        assert f"does not create the output directory {tmp_path / 'runs'}" in printed.stderr
+        (tmp_path / "runs").mkdir()
+        (tmp_path / "by-hand.sh").write_text(printed.stdout)
+        job = slurm_cluster.sbatch(tmp_path / "by-hand.sh", cwd=tmp_path,
+                                   env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                                        "PYTHONPATH": str(ROOT)})
+        state = slurm_cluster.wait(job, timeout=420)
+        log = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
     assert state == "COMPLETED", log
     _finished(run_dir)
     ranks = _ranks(run_dir)

@@ -184,3 +184,21 @@ def test_requeue_goes_through_the_same_runner():
         return SlurmRunner(env={"PATH": "/nonexistent"})(args, **kw)
 
     assert requeue_job("42", no_scontrol) == (False, "scontrol not found (container without SLURM tools?)")
+
+
+def test_script_writes_the_config_and_hostile_values_stay_data(tmp_path):
+    """The script is self-contained: it writes the ranks' config with a quoted here-document. A value with a
+    newline and the here-document's end marker stays one TOML string; running the lines changes nothing else."""
+    hostile = "x\nEXATRAIN_CONFIG_END\ntouch pwned\n$(touch pwned2) 'q' \"d\""
+    job = prepare(_cfg(tmp_path, f"--data.path={hostile}"))
+    lines = job.script.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("cat > "))
+    end = lines.index("EXATRAIN_CONFIG_END", start)
+    assert lines[start] == f"cat > {tmp_path}/runs/exp.toml <<'EXATRAIN_CONFIG_END'"
+    assert subprocess.run(["bash", "-n"], input=job.script, text=True).returncode == 0
+    (tmp_path / "runs").mkdir()  # the script's `mkdir -p -- "$RUN_DIR"` before it creates the parent
+    r = subprocess.run(["bash", "-c", "\n".join(lines[start:end + 1])], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "runs" / "exp.toml").read_text() == job.config_text
+    assert load_config(str(tmp_path / "runs" / "exp.toml")).data.path == hostile
+    assert not list(tmp_path.glob("pwned*"))
