@@ -122,19 +122,32 @@ def expected_cores(gpu: int | None, local_rank: int, masks: Sequence[str], root:
     index = gpu if gpu is not None else local_rank
     if masks and index < len(masks):
         return mask_to_cores(masks[index]), "mask"
-    if gpu is not None:
-        nodes = gpu_numa_nodes(root)
-        if gpu < len(nodes) and nodes[gpu] >= 0:
-            return numa_cores(nodes[gpu], root), "numa"
-    return None, "none"
+    numa = gpu_numa_cores(gpu, root)
+    return (numa, "numa") if numa is not None else (None, "none")
+
+
+def gpu_numa_cores(gpu: int | None, root: str = "/") -> set[int] | None:
+    """Cores of the NUMA node GPU ``gpu`` hangs off, or None (CPU rank, or sysfs does not say)."""
+    if gpu is None:
+        return None
+    nodes = gpu_numa_nodes(root)
+    return numa_cores(nodes[gpu], root) if gpu < len(nodes) and nodes[gpu] >= 0 else None
 
 
 def check_rank(rank: int, host: str, gpu: int | None, local_rank: int, masks: Sequence[str],
                actual: set[int] | None = None, root: str = "/") -> AffinityReport:
-    """This rank's verdict; ``actual`` defaults to ``os.sched_getaffinity(0)`` (what the kernel enforces)."""
+    """This rank's verdict; ``actual`` defaults to ``os.sched_getaffinity(0)`` (what the kernel enforces).
+
+    With a profile mask the affinity must equal it, and where sysfs knows the GPU's NUMA node the mask
+    itself must lie on that node (a wrong profile is reported too); without a mask the affinity must lie
+    within the GPU's NUMA node.
+    """
     actual = set(os.sched_getaffinity(0)) if actual is None else actual
     expected, source = expected_cores(gpu, local_rank, masks, root)
     verdict = _verdict(expected, source, actual)
+    numa = gpu_numa_cores(gpu, root) if source == "mask" else None
+    if verdict == "ok" and numa is not None and not expected <= numa:
+        verdict = f"MISMATCH: profile mask cores {format_ranges(expected - numa)} are off the GPU's NUMA node"
     label = f"cuda:{gpu}" if gpu is not None else "cpu"
     return AffinityReport(rank, host, label, format_ranges(expected), format_ranges(actual), verdict)
 

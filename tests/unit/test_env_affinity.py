@@ -46,6 +46,14 @@ def test_gpu_numa_from_sysfs(tmp_path):
     assert bad.mismatch and "cores 0 are off the GPU's NUMA node" in bad.verdict
 
 
+def test_profile_mask_off_the_gpus_numa_node_is_reported(tmp_path):
+    _fake_sysfs(tmp_path)  # GPU 1 sits on NUMA node 1 = cores 4-7
+    good = check_rank(0, "n", 1, 0, ("0x1", "0x30"), actual={4, 5}, root=str(tmp_path))
+    assert good.verdict == "ok"
+    wrong = check_rank(0, "n", 1, 0, ("0x1", "0x6"), actual={1, 2}, root=str(tmp_path))  # bound as the mask says
+    assert wrong.verdict == "MISMATCH: profile mask cores 1-2 are off the GPU's NUMA node"
+
+
 def test_amd_kfd_topology(tmp_path):
     props = tmp_path / "sys/class/kfd/kfd/topology/nodes"
     (props / "0").mkdir(parents=True)
