@@ -5,8 +5,9 @@ degree times the accumulation steps is 4 in every layout, so the eval windows ar
 and dropout 0; every layout starts from the reference's weights (train/build.py).
 Only float summation order differs (all-reduce / reduce-scatter, TP partial sums, accumulation).
 
-Tolerances (fp32): 1e-4 absolute on every step's training loss and on the final eval loss; 5e-5
-absolute on every final weight (as in test_ddp_parity.py). Measured differences are ~1e-6.
+Tolerances (fp32): 1e-4 absolute on every step's training loss and on the final eval loss; 1e-4
+absolute on every final weight (weights have std 0.02; AdamW divides by sqrt(v), which magnifies
+summation-order noise on near-zero gradients). Measured: losses <= 1e-6, weights up to 3.2e-5 (DDP x TP).
 bf16 FSDP parameters (param_dtype=bf16, fp32 gradient reduction): 2e-2 on the losses, and the run must
 differ from fp32 (so the policy is really applied).
 
@@ -31,7 +32,7 @@ COMMON = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0
           "--train.eval_batches=4", "--train.global_batch_size=16", "--train.micro_batch_size=4",
           "--train.warmup_steps=2", "--data.seq_len=32"]
 LOSS_TOL = 1e-4
-WEIGHT_TOL = 5e-5
+WEIGHT_TOL = 1e-4
 BF16_TOL = 2e-2
 
 ONE_D = ["--parallel.dp_replicate=1"]
