@@ -19,11 +19,12 @@ then yields the mean over the global batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
@@ -75,7 +76,7 @@ class Pipeline:
             losses: list[torch.Tensor] = []
             self.schedule.step(x, target=y, losses=losses, return_outputs=False)
             if self.has_last:
-                total += torch.stack(losses).detach().sum()
+                total += _sum_local(losses).detach()
         return self._from_last(total)
 
     @torch.no_grad()
@@ -87,7 +88,7 @@ class Pipeline:
             self.loss.scale = 1.0 / self.microbatches  # microbatches are equal-sized: mean of means
             losses: list[torch.Tensor] = []
             self.schedule.eval(x, target=y, losses=losses)
-            total = torch.stack(losses).sum() if self.has_last else torch.zeros((), device=self.stages[0].device)
+            total = _sum_local(losses) if self.has_last else torch.zeros((), device=self.stages[0].device)
         finally:
             for c in self.chunks:
                 c.train()
@@ -100,21 +101,21 @@ class Pipeline:
         return value
 
 
-def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float,
-                    pp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Clip gradients by the global 2-norm over the WHOLE model when each rank holds only its stages:
-    local squared norms are summed over the pipeline group. DTensor gradients (FSDP/TP) contribute
-    their full norm. Returns the total norm."""
-    params = [p for p in parameters if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
-    if hasattr(norm, "full_tensor"):  # a DTensor: reduce its partial/sharded norm over its mesh
-        norm = norm.full_tensor()
-    if pp_group is not None:
-        squared = norm.pow(2)
-        dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=pp_group)
-        norm = squared.sqrt()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
-    return norm
+def _sum_local(losses: list[torch.Tensor]) -> torch.Tensor:
+    """Sum of microbatch losses as a plain tensor (under loss parallel they are replicated DTensors)."""
+    return torch.stack([t.to_local() if isinstance(t, DTensor) else t for t in losses]).sum()
+
+
+def apply_replicate(module: nn.Module, dp_mesh) -> None:
+    """Data-parallel replication of one stage chunk (pure DDP layouts under pipelining).
+
+    DDP itself does not work here: a schedule runs several microbatch forwards before their backwards,
+    which breaks DDP's bucket rebuilding (a reducer assertion in torch 2.13). FSDP2's `replicate` keeps
+    full parameters on every rank, all-reduces gradients, and the pipeline stage drives its gradient
+    sync like FSDP's (once, after the last microbatch's backward)."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    replicate(module, mesh=dp_mesh)
 
 
 def gather_full_state_dict(module: nn.Module, pp_group: dist.ProcessGroup | None) -> dict[str, torch.Tensor] | None:

@@ -19,7 +19,8 @@ import torch
 from exatrain.config import load_config
 from exatrain.dist import init_distributed, teardown
 from exatrain.dist.parallel_dims import ParallelDims
-from exatrain.dist.pipeline import Pipeline, clip_grad_norm_, gather_full_state_dict, stage_ids
+from exatrain.dist.grad_norm import clip_grad_norm_
+from exatrain.dist.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models import model_shape
 from exatrain.models.pipeline_split import split_for_stages, stage_layer_ranges
 from exatrain.models.transformer import TransformerLM, lm_loss
@@ -47,9 +48,10 @@ def _batch(step: int, n: int = GLOBAL):
     return t[:, :-1], t[:, 1:]
 
 
-def _run_case(pp_rank, pp, group, schedule, spr, n_layers, microbatches):
+def _run_case(pp_rank, pp, pp_mesh, schedule, spr, n_layers, microbatches):
     ids = stage_ids(pp_rank, pp, spr)
     rank_model, chunks = split_for_stages(_model(n_layers), ids, pp * spr)
+    group = pp_mesh.get_group()
     pipe = Pipeline(chunks, ids, pp * spr, group, torch.device("cpu"), schedule, microbatches, lm_loss)
     opt = torch.optim.AdamW(rank_model.parameters(), lr=LR)
     losses, norms = [], []
@@ -57,7 +59,7 @@ def _run_case(pp_rank, pp, group, schedule, spr, n_layers, microbatches):
         x, y = _batch(step)
         micro = [(x[i:i + MICRO], y[i:i + MICRO]) for i in range(0, GLOBAL, MICRO)]
         losses.append(pipe.forward_backward(micro).item())
-        norms.append(clip_grad_norm_(rank_model.parameters(), CLIP, group).item())
+        norms.append(clip_grad_norm_(rank_model.parameters(), CLIP, pp_mesh).item())
         opt.step()
         opt.zero_grad(set_to_none=True)
     eval_loss = pipe.eval_loss(*_batch(99, MICRO)).item()
@@ -71,7 +73,7 @@ def _worker(rank, world, env, out):
     dims = ParallelDims.from_config(load_config(None, [f"--parallel.pp={world}", "--parallel.dp_replicate=1"]).parallel, world)
     dims.build_mesh("cpu")
     for schedule, spr, n_layers, mbs in CASES[world]:
-        result, full = _run_case(dims.coordinate("pp"), world, dims.mesh("pp").get_group(), schedule, spr, n_layers, mbs)
+        result, full = _run_case(dims.coordinate("pp"), world, dims.mesh("pp"), schedule, spr, n_layers, mbs)
         if rank == 0:
             (out / f"{schedule}.json").write_text(json.dumps(result))
             torch.save(full, out / f"{schedule}.pt")
