@@ -13,7 +13,8 @@ gradients near its eps).
 
 final.pt of every layout (gathered across stages and shards on rank 0) is loaded into a plain model
 here; its eval loss on the same windows must equal what the run reported. A DCP checkpoint written by
-a 2-stage pipeline resumes in ONE process (different layout: DCP matches entries by parameter name).
+a 2-stage pipeline resumes in ONE process, and the single process's checkpoint resumes as pp2 x fsdp2
+(DCP matches entries by parameter name, whatever the layout).
 """
 
 import pytest
@@ -38,8 +39,8 @@ PP_ONLY = ["--parallel.dp_replicate=1"]
 LAYOUTS = {  # name: (ranks, overrides)
     # also writes a DCP checkpoint at step 2 (test_pipeline_checkpoint_resumes_in_one_process)
     "pp2_gpipe": (2, [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=gpipe", "--checkpoint.interval=2"]),
-    "pp2_interleaved_1f1b": (2, [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=interleaved_1f1b",
-                                 "--parallel.pp_stages_per_rank=2"]),
+    "pp2_interleaved_1f1b_ac": (2, [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=interleaved_1f1b",
+                                    "--parallel.pp_stages_per_rank=2", "--parallel.activation_checkpoint=full"]),
     "pp4_1f1b": (4, [*PP_ONLY, "--parallel.pp=4", "--parallel.pp_schedule=1f1b"]),
     "pp2_x_ddp2": (4, ["--parallel.pp=2", "--parallel.dp_replicate=2"]),
     "pp2_x_fsdp2": (4, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2"]),
@@ -65,8 +66,8 @@ def tmp(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(tmp):
-    """One process, no parallelism: the run every layout is compared with."""
-    return _train(tmp, "reference", 1, [])
+    """One process, no parallelism: the run every layout is compared with (checkpoint at step 2)."""
+    return _train(tmp, "reference", 1, ["--checkpoint.interval=2"])
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,14 @@ def test_pipeline_checkpoint_resumes_in_one_process(reference, layout_run, tmp):
     step2 = layout_run("pp2_gpipe")["dir"] / "checkpoints" / "step-2"
     assert step2.is_dir()
     resumed = _train(tmp, "resumed_1proc", 1, [f"--checkpoint.resume={step2}"])
+    assert sorted(resumed["losses"]) == [3, 4]
+    assert max(abs(resumed["losses"][s] - reference["losses"][s]) for s in (3, 4)) <= LOSS_TOL, \
+        (resumed["losses"], reference["losses"])
+
+
+def test_single_process_checkpoint_resumes_as_pipeline(reference, tmp):
+    step2 = reference["dir"] / "checkpoints" / "step-2"
+    resumed = _train(tmp, "resumed_pp2_x_fsdp2", 4, [*LAYOUTS["pp2_x_fsdp2"][1], f"--checkpoint.resume={step2}"])
     assert sorted(resumed["losses"]) == [3, 4]
     assert max(abs(resumed["losses"][s] - reference["losses"][s]) for s in (3, 4)) <= LOSS_TOL, \
         (resumed["losses"], reference["losses"])
