@@ -44,7 +44,9 @@ LAYOUTS = {  # name: (ranks, overrides)
     "pp4_1f1b": (4, [*PP_ONLY, "--parallel.pp=4", "--parallel.pp_schedule=1f1b"]),
     "pp2_x_ddp2": (4, ["--parallel.pp=2", "--parallel.dp_replicate=2"]),
     "pp2_x_fsdp2": (4, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2"]),
-    "pp2_x_fsdp2_x_tp2": (8, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.tp=2"]),
+    # the one 8-rank case: 3-D, with sequence parallel and loss parallel on the TP dimension
+    "pp2_x_fsdp2_x_tp2_sp_lp": (8, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.tp=2",
+                                    "--parallel.sequence_parallel=true", "--parallel.loss_parallel=true"]),
 }
 
 
