@@ -12,13 +12,14 @@ from tests.conftest import run_exatrain
 
 def train_run(tmp, name: str, nproc: int, args: list[str]) -> dict:
     """`exatrain train --nproc=N --run.dir=tmp/name ARGS`; returns its directory, stdout, training losses
-    (in step order), last eval loss and final.pt."""
+    and gradient norms (in step order; norms with train.grad_clip > 0), last eval loss and final.pt."""
     run = tmp / name
     r = run_exatrain(["train", f"--nproc={nproc}", f"--run.dir={run}", *args], cwd=tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     metrics = read_metrics(run / "metrics.jsonl")
     return {"dir": run, "stdout": r.stdout,
             "losses": [m["loss"] for m in metrics if m["kind"] == "train"],
+            "grad_norms": [m.get("grad_norm") for m in metrics if m["kind"] == "train"],
             "eval": [m["loss"] for m in metrics if m["kind"] == "eval"][-1],
             "final": torch.load(run / "final.pt", weights_only=True)}
 
@@ -46,11 +47,16 @@ def max_diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
-def assert_same_training(run: dict, reference: dict, loss_tol: float) -> tuple[float, float]:
-    """Check a layout's run against the single-process reference: the same steps and losses, the same
-    eval loss, a final.pt with the same entries whose plain-model eval loss is what the run reported,
-    replicas in sync. Returns the (max, mean) absolute weight difference, for the caller's tolerance."""
+def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_tol: float) -> tuple[float, float]:
+    """Check a layout's run against the single-process reference: the same steps, losses and gradient
+    norms (clipping must be active at every step, so clipping with the full model's norm is exercised),
+    the same eval loss, a final.pt with the same entries whose plain-model eval loss is what the run
+    reported, replicas in sync. Returns the (max, mean) absolute weight difference, for the caller's
+    tolerance."""
     assert max_diff(run["losses"], reference["losses"]) <= loss_tol, (run["losses"], reference["losses"])
+    clip = float(load_config(str(reference["dir"] / "config.toml")).train.grad_clip)
+    assert clip > 0 and min(reference["grad_norms"]) > clip, "clipping should be active at every step"
+    assert max_diff(run["grad_norms"], reference["grad_norms"]) <= grad_norm_tol, (run["grad_norms"], reference["grad_norms"])
     assert abs(run["eval"] - reference["eval"]) <= loss_tol, (run["eval"], reference["eval"])
     ref_w, w = reference["final"], run["final"]
     assert w.keys() == ref_w.keys()

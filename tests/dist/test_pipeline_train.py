@@ -2,11 +2,12 @@
 
 All runs: 4 blocks, seed 0, 16 windows per optimizer step as micro-batches of 4 (so 4 pipeline
 microbatches or fewer split each micro-batch evenly), fp32, dropout 0, 4 steps, gradient clipping at
-1.0; every layout starts from the reference's weights (train/build.py). Only float summation order
-differs (microbatch sums, reductions across dp/tp, accumulation).
+0.5 (below every step's norm, so clipping with the norm over all stages and shards is exercised);
+every layout starts from the reference's weights (train/build.py). Only float summation order differs
+(microbatch sums, reductions across dp/tp, accumulation).
 
-Tolerances (fp32): 1e-4 absolute on every step's training loss and on the final eval loss (measured:
-~1e-6); on the final weights, 1e-6 on the mean absolute difference (measured: 3e-9, 1.5e-8 with TP)
+Tolerances (fp32): 1e-4 absolute on every step's training loss and gradient norm and on the final eval
+loss (measured: ~1e-6); on the final weights, 1e-6 on the mean absolute difference (measured: <= 1.5e-8)
 and 5e-4 on the largest one (measured: 4e-5, and 2e-4 on ONE token-embedding entry under
 pp2 x fsdp2 x tp2, median 6e-8: AdamW divides by sqrt(v), which magnifies summation-order noise on
 gradients near its eps).
@@ -27,8 +28,8 @@ pytestmark = pytest.mark.dist
 STEPS = 4
 COMMON = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
           "--train.eval_batches=4", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--model.n_layers=4"]
-LOSS_TOL = 1e-4
+          "--train.warmup_steps=2", "--data.seq_len=32", "--model.n_layers=4", "--train.grad_clip=0.5"]
+LOSS_TOL = GRAD_NORM_TOL = 1e-4
 WEIGHT_MEAN_TOL, WEIGHT_MAX_TOL = 1e-6, 5e-4
 PP_ONLY = ["--parallel.dp_replicate=1"]
 LAYOUTS = {  # name: (ranks, overrides)
@@ -77,7 +78,7 @@ def test_pipeline_layout_matches_single_process(reference, layout_run, name):
     run = layout_run(name)
     assert len(run["losses"]) == STEPS
     # includes: final.pt (gathered across stages and shards) loads into a plain model with the run's eval loss
-    worst, mean = assert_same_training(run, reference, LOSS_TOL)
+    worst, mean = assert_same_training(run, reference, LOSS_TOL, GRAD_NORM_TOL)
     assert mean <= WEIGHT_MEAN_TOL and worst <= WEIGHT_MAX_TOL, f"weight differences: mean {mean}, max {worst}"
 
 
