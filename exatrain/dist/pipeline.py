@@ -81,17 +81,12 @@ class Pipeline:
 
     @torch.no_grad()
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean loss over one batch, forward only; the same on every pipeline rank."""
-        for c in self.chunks:
-            c.eval()
-        try:
-            self.loss.scale = 1.0 / self.microbatches  # microbatches are equal-sized: mean of means
-            losses: list[torch.Tensor] = []
-            self.schedule.eval(x, target=y, losses=losses)
-            total = _sum_local(losses) if self.has_last else torch.zeros((), device=self.stages[0].device)
-        finally:
-            for c in self.chunks:
-                c.train()
+        """Mean loss over one batch, forward only; the same on every pipeline rank. (Dropout: the
+        caller switches the chunks to eval mode.)"""
+        self.loss.scale = 1.0 / self.microbatches  # microbatches are equal-sized: mean of means
+        losses: list[torch.Tensor] = []
+        self.schedule.eval(x, target=y, losses=losses)
+        total = _sum_local(losses) if self.has_last else torch.zeros((), device=self.stages[0].device)
         return self._from_last(total)
 
     def _from_last(self, value: torch.Tensor) -> torch.Tensor:
