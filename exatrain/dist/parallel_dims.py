@@ -125,7 +125,13 @@ class ParallelDims:
                                   f"pick a tp degree that divides {n}, e.g. one of {_divisors(n, self.tp)}")
 
     def _check_pp(self, cfg: ParallelConfig, shape, micro_batch: int) -> None:
+        if cfg.pp_microbatches < 0:
+            raise ConfigError(f"parallel.pp_microbatches must be 0 (one per stage) or positive, got {cfg.pp_microbatches}",
+                              "use e.g. --parallel.pp_microbatches=0")
         if not self.pp_enabled:
+            if cfg.pp_stages_per_rank != 1 or cfg.pp_microbatches:
+                raise ConfigError("parallel.pp_stages_per_rank and parallel.pp_microbatches need pipeline parallelism "
+                                  "(pp > 1)", "set --parallel.pp=2 or more, or leave them at their defaults")
             return
         spr = cfg.pp_stages_per_rank
         interleaved = cfg.pp_schedule == "interleaved_1f1b"
@@ -149,6 +155,12 @@ class ParallelDims:
         if micro < self.pp:
             raise ConfigError(f"{micro} pipeline microbatches for {self.pp} pipeline ranks leave ranks idle",
                               f"set --parallel.pp_microbatches to at least {self.pp}")
+        rounds = max(1, micro // self.pp)  # torch's interleaved 1F1B runs microbatches in equal rounds
+        if interleaved and micro % rounds:
+            raise ConfigError(f"interleaved 1F1B runs pipeline microbatches in rounds of {self.pp} (one per pipeline "
+                              f"rank): {micro} microbatches do not split into {rounds} equal rounds",
+                              f"use a multiple of parallel.pp={self.pp} as --parallel.pp_microbatches, e.g. "
+                              f"{self.pp * rounds}")
 
     def microbatches(self, cfg: ParallelConfig) -> int:
         """Pipeline microbatches per micro-batch: the configured number, else one per stage."""
