@@ -31,16 +31,26 @@ def run_exatrain(args, cwd, timeout=600, env=None):
 
 @contextlib.contextmanager
 def started_exatrain(args, cwd, env=None):
-    """`python -m exatrain.cli.main ARGS` running in the background in a session of its own (text pipes for
-    stdout and stderr); whatever of it is still running at the end (agent, workers) is killed."""
-    proc = subprocess.Popen([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """`python -m exatrain.cli.main ARGS` running in the background in a session of its own; whatever of it is
+    still running at the end (agent, workers) is killed. Output goes to files (a pipe nobody reads could fill
+    up and block the workers); `finish(proc)` waits and returns (exit code, stdout, stderr)."""
+    out, err = Path(cwd) / f"exatrain-{os.getpid()}.out", Path(cwd) / f"exatrain-{os.getpid()}.err"
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
+                                stdout=o, stderr=e, text=True, start_new_session=True)
+    proc.out_path, proc.err_path = out, err
     try:
         yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        proc.wait()
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """Wait for a run started by `started_exatrain`; its exit code, stdout and stderr."""
+    proc.wait(timeout=timeout)
+    return proc.returncode, proc.out_path.read_text(), proc.err_path.read_text()
 
 
 def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
@@ -51,8 +61,8 @@ def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None
         if found:
             return found
         if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended (exit code {proc.returncode}) before {what}:\n{out}\n{err}")
+            code, out, err = finish(proc)
+            pytest.fail(f"the run ended (exit code {code}) before {what}:\n{out}\n{err}")
         time.sleep(0.02)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 

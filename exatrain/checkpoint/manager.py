@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 import warnings
 from concurrent.futures import Future
 from pathlib import Path
@@ -9,12 +11,13 @@ from pathlib import Path
 import torch.distributed as dist
 
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 
-from exatrain.checkpoint.checks import checkpoint_model_shapes, require_match
+from exatrain.checkpoint.checks import checkpoint_model_shapes, read_metadata, require_match
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import (clean_incomplete, commit, partial_dir, prune, resolve_resume, step_dir)
-from exatrain.dist import all_ranks, any_rank, barrier, is_root
+from exatrain.dist import all_ranks, any_rank, barrier, is_root, rank
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
@@ -58,11 +61,12 @@ class CheckpointManager:
         self.wait()  # at most one save in flight; a failed one is reported here
         partial = partial_dir(self.root, step)
         try:
+            writer = _writer(partial, step)
             if self.async_save and not blocking:
-                future = dcp.async_save({"app": state}, checkpoint_id=str(partial), process_group=self.group)
+                future = dcp.async_save(state.entries(), storage_writer=writer, process_group=self.group)
                 self.pending = (future, step)
                 return step_dir(self.root, step)
-            dcp.save({"app": state}, checkpoint_id=str(partial))
+            dcp.save(state.entries(), storage_writer=writer)
         except _FAILURES as e:  # DCP gathers every rank's failure, so all ranks raise together
             raise _save_failed(step, partial, _reason(e)) from None
         return self._commit(step)
@@ -97,13 +101,38 @@ class CheckpointManager:
 
     def load(self, path: Path, state: TrainingState) -> None:
         """Restore `state` from a committed checkpoint, after checking it fits the model."""
-        require_match(state.model, checkpoint_model_shapes(path), f"checkpoint {path}")
+        meta = read_metadata(path)
+        require_match(state.model, checkpoint_model_shapes(meta), f"checkpoint {path}")
         try:
-            dcp.load({"app": state}, checkpoint_id=str(path))
+            dcp.load(state.entries(meta.state_dict_metadata), checkpoint_id=str(path))
         except _FAILURES as e:
             raise ExatrainError(f"loading checkpoint {path} failed ({_reason(e)})",
                                 "the checkpoint may be damaged: resume from an earlier step-N folder") from None
 
+
+# Test hook, for tests/dist/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
+# but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files meanwhile), so that a
+# test can kill -9 a rank while the save is in flight. Never set in real runs.
+_PAUSE_HOOK = "EXATRAIN_TEST_SAVE_PAUSE"
+
+
+class _PausingWriter(FileSystemWriter):
+    """A FileSystemWriter that sleeps before writing (see the test hook above)."""
+
+    def __init__(self, path: Path, pause_s: float):
+        super().__init__(str(path))
+        self.pause_s = pause_s
+
+    def write_data(self, plan, planner):
+        time.sleep(self.pause_s)
+        return super().write_data(plan, planner)
+
+
+def _writer(path: Path, step: int) -> FileSystemWriter:
+    hook = os.environ.get(_PAUSE_HOOK, "")
+    if hook and rank() != 0 and int(hook.split(":")[0]) == step:
+        return _PausingWriter(path, float(hook.split(":")[1]))
+    return FileSystemWriter(str(path))
 
 
 def _reason(e: BaseException) -> str:
@@ -111,8 +140,8 @@ def _reason(e: BaseException) -> str:
     prefix = ""
     failures = getattr(e, "failures", None)
     if failures:
-        rank, e = next(iter(failures.items()))
-        prefix = f"rank {rank}: "
+        failed_rank, e = next(iter(failures.items()))
+        prefix = f"rank {failed_rank}: "
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{prefix}{type(e).__name__}: {first[:300]}"
 

@@ -53,13 +53,13 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.interval,
                                              cfg.checkpoint.keep, cfg.checkpoint.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
-                                   self._restore_progress, to_toml(cfg))
+                                   self._restore_progress, to_toml(cfg), ctx.rank, ctx.device)
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         resume = self.checkpoints.start(cfg.checkpoint.resume or ("auto" if ctx.env.restart_count else ""))
         if resume is not None:
             self.checkpoints.load(resume, self.state)
-            # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)
-            seed_everything(rank_seed(t.seed, ctx.rank) + self.step)
+            if not self.state.rng.restored:  # a rank the checkpoint did not have: reseed deterministically
+                seed_everything(rank_seed(t.seed, ctx.rank) + self.step)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
         self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)

@@ -1,16 +1,20 @@
 """Sharded checkpoints on real gloo groups: resume under another world size, export, damaged input.
 
-Parity tolerance: 1e-5 absolute on every loss after the resume (only the float summation order of the
-gradient all-reduce differs between 2 ranks and 1 rank); exported weights must be bit-identical to the
-run's own final.pt.
+Parity tolerance: 1e-5 absolute on every loss after a resume under another world size (only the float
+summation order of the gradient all-reduce differs between 2 ranks and 1 rank); exact equality after a resume
+under the same world size (same data, same sums, and the random generators continue where they were);
+exported weights must be bit-identical to the run's own final.pt.
 """
 
+import os
 import shutil
+import signal
 
 import pytest
 import torch
 
 from exatrain.train.records import read_metrics
+from tests.conftest import finish, started_exatrain, wait_for, worker_pid
 
 pytestmark = pytest.mark.dist
 
@@ -156,3 +160,40 @@ def test_failed_background_save_is_reported(exatrain_cli, tmp_path):
     r = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'run'}", *COMMON, "--checkpoint.async_save=true")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "background save of step 6" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli, tmp_path):
+    """Every rank's generators (torch, NumPy, Python) are in the checkpoint: dropout masks after the resume are
+    the ones the uninterrupted run drew, so the losses are identical, not just close."""
+    dropout = [*COMMON, "--model.dropout=0.2"]
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'full'}", *dropout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    full, resumed = _losses(tmp_path / "full"), _losses(run)
+    assert sorted(resumed) == list(range(7, 13))
+    assert {s: full[s] for s in resumed} == resumed
+
+
+def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatrain_cli, tmp_path):
+    """A real kill -9 of rank 1 while the step-12 save is in flight (rank 1 paused inside the write by the
+    manager's test hook, rank 0's file already written): the partial folder is never used; the next run
+    resumes from step-6, removes the partial one and trains on exactly like the uninterrupted run."""
+    run, ckpts = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
+    partial = ckpts / ".step-12.partial"
+    hook = {"EXATRAIN_TEST_SAVE_PAUSE": "12:300"}
+    with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *COMMON], cwd=tmp_path, env=hook) as proc:
+        wait_for(lambda: list(partial.glob("__0_*.distcp")), 180, "rank 0's part of the step-12 save", proc)
+        os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
+        code, out, err = finish(proc)
+    assert code != 0, out + err
+    assert partial.is_dir() and not (ckpts / "step-12").exists()
+    assert sorted(p.name for p in ckpts.iterdir()) == [".step-12.partial", "step-6"]
+
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *COMMON, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {ckpts / 'step-6'} at step 6" in r.stdout
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-12", "step-6"]
+    assert _losses(run) == _losses(uninterrupted)

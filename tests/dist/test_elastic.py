@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from tests.conftest import run_exatrain, started_exatrain, train_losses, wait_for, worker_pid
+from tests.conftest import finish, run_exatrain, started_exatrain, train_losses, wait_for, worker_pid
 
 pytestmark = pytest.mark.dist
 
@@ -44,8 +44,8 @@ def test_killed_worker_is_restarted_and_the_run_finishes_like_an_uninterrupted_o
         victim = worker_pid(proc.pid, rank=1)
         assert victim is not None, "no worker with RANK=1 below the launcher"
         os.kill(victim, signal.SIGKILL)
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, out + err
+        code, out, err = finish(proc)
+        assert code == 0, out + err
 
     # the first group logged up to the kill, the restarted one names the checkpoint it resumed from
     before, resumed_line, _ = re.split(r"^(resumed from .*)$", out, maxsplit=1, flags=re.M)
