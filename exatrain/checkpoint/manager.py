@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -13,6 +14,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from exatrain.checkpoint.checks import checkpoint_model_shapes, read_metadata, require_match
 from exatrain.checkpoint.state import TrainingState
@@ -38,6 +40,12 @@ class CheckpointManager:
         # A background save runs collectives from its own thread: on the training group they would
         # interleave with the training step's collectives and deadlock, so it gets a group of its own.
         self.group = dist.new_group(backend="gloo") if async_save and dist.is_initialized() else None
+        # The in-memory copy of the state is also made in the background (into buffers kept between saves);
+        # the optimizer's next step, which changes the state, waits for it (see _guard).
+        self.stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                                   use_async_staging=True, use_non_blocking_copy=False)) if async_save else None
+        self.staging: Future | None = None
+        self._guarded: set[int] = set()  # ids of the optimizers whose step waits for the copy
 
     def start(self, resume: str) -> Path | None:
         """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
@@ -55,21 +63,37 @@ class CheckpointManager:
     def save(self, step: int, state: TrainingState, blocking: bool = True) -> Path:
         """Write step-N; all ranks write, then rank 0 commits and prunes old ones.
 
-        With async saving and `blocking=False`, the state is staged in memory and written by a background
-        thread while training goes on; `poll()` commits it once every rank finished.
+        With async saving and `blocking=False`, background threads copy the state in memory (the optimizer's
+        next step waits for that copy) and write it while training goes on; `poll()` commits it once every
+        rank finished.
         """
         self.wait()  # at most one save in flight; a failed one is reported here
         partial = partial_dir(self.root, step)
         try:
             writer = _writer(partial, step)
             if self.async_save and not blocking:
-                future = dcp.async_save(state.entries(), storage_writer=writer, process_group=self.group)
-                self.pending = (future, step)
+                response = dcp.async_save(state.entries(), storage_writer=writer, process_group=self.group,
+                                          async_stager=self.stager)
+                self._guard(state.optimizer)
+                self.staging, self.pending = response.staging_completion, (response.upload_completion, step)
                 return step_dir(self.root, step)
             dcp.save(state.entries(), storage_writer=writer)
         except _FAILURES as e:  # DCP gathers every rank's failure, so all ranks raise together
             raise _save_failed(step, partial, _reason(e)) from None
         return self._commit(step)
+
+    def _guard(self, optimizer) -> None:
+        """Make every later `optimizer.step()` first wait until the background copy of the state is complete."""
+        if id(optimizer) not in self._guarded:
+            optimizer.register_step_pre_hook(lambda *_: self._staged())
+            self._guarded.add(id(optimizer))
+
+    def _staged(self) -> None:
+        """Wait for the background copy of the state, if one is running."""
+        staging, self.staging = self.staging, None
+        if staging is not None:
+            with contextlib.suppress(*_FAILURES):  # a failed copy fails the upload too, reported by wait()
+                staging.result()
 
     def _commit(self, step: int) -> Path:
         barrier()
@@ -86,6 +110,7 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Block until the background save (if any) is written, then commit it; errors become ExatrainError."""
+        self._staged()
         if self.pending is None:
             return
         future, step = self.pending

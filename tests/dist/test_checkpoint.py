@@ -9,6 +9,7 @@ exported weights must be bit-identical to the run's own final.pt.
 import os
 import shutil
 import signal
+import time
 
 import pytest
 import torch
@@ -197,3 +198,30 @@ def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatr
     assert f"resumed from {ckpts / 'step-6'} at step 6" in r.stdout
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-12", "step-6"]
     assert _losses(run) == _losses(uninterrupted)
+
+
+def test_async_save_holds_the_state_of_its_step_although_training_goes_on(tmp_path):
+    """The background copy of the state must finish before the optimizer changes it: an SGD step right after
+    an async save (single process, no group) must not leak into the checkpoint. The copy is made slow on
+    purpose (a 0.5 s sleep wrapped around torch's stager, the only stand-in here) so that without the wait
+    the step would always land first."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from exatrain.checkpoint import CheckpointManager, TrainingState
+
+    model = torch.nn.Linear(64, 64, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    state = TrainingState(model, optimizer, scheduler, lambda: {"step": 1}, lambda p: None, "config")
+    manager = CheckpointManager(tmp_path / "ckpts", interval=1, keep=0, async_save=True)
+    manager.start("")
+    copy = manager.stager._stage
+    manager.stager._stage = lambda *a, **kw: (time.sleep(0.5), copy(*a, **kw))[1]
+    before = model.weight.detach().clone()
+    model.weight.grad = torch.ones_like(model.weight)
+    manager.save(1, state, blocking=False)
+    optimizer.step()  # changes every weight by -1 while the save is in flight
+    manager.wait()
+    dcp_to_torch_save(str(tmp_path / "ckpts" / "step-1"), str(tmp_path / "whole.pt"))
+    saved = torch.load(tmp_path / "whole.pt", weights_only=True)["app"]["model"]["weight"]
+    assert torch.equal(saved, before) and not torch.equal(saved, model.weight.detach())
