@@ -27,6 +27,7 @@ class ModelConfig:
 
     size: str = doc("tiny", "Named size: tiny, small, medium, large, xl (about 1B parameters).")
     dropout: float = doc(0.0, "Dropout probability (0 keeps runs bit-reproducible).")
+    n_layers: int = doc(0, "Override the named size's number of blocks (0 = the size's own depth).")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,32 @@ class DistConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    """How ranks split the work: data parallel (replicate / shard), tensor and pipeline parallel.
+
+    The four degrees multiply to the world size; one of them may be -1 (inferred). dp_shard > 1 is FSDP,
+    dp_replicate > 1 alone is DDP, both > 1 is HSDP.
+    """
+
+    dp_replicate: int = doc(-1, "Data-parallel replicas: DDP, or HSDP's replicate dimension when dp_shard > 1 (-1 = infer).")
+    dp_shard: int = doc(1, "FSDP shard degree: parameters, gradients and optimizer state split this many ways (1 = off).")
+    tp: int = doc(1, "Tensor-parallel degree: splits attention heads and MLP width (must divide the head count).")
+    pp: int = doc(1, "Pipeline-parallel degree: splits the blocks into consecutive stages.")
+    sequence_parallel: bool = doc(False, "With tp > 1: shard norms and residual activations along the sequence.")
+    loss_parallel: bool = doc(False, "With tp > 1: cross-entropy on vocabulary-sharded logits, never gathering them.")
+    pp_schedule: str = doc("1f1b", "Pipeline schedule: gpipe, 1f1b or interleaved_1f1b.")
+    pp_stages_per_rank: int = doc(1, "Model chunks per pipeline rank: 1 for gpipe and 1f1b, at least 2 for interleaved_1f1b.")
+    pp_microbatches: int = doc(0, "Pipeline microbatches per micro-batch (0 = the number of stages); must divide train.micro_batch_size.")
+    fsdp_reshard_after_forward: bool = doc(True, "FSDP frees gathered parameters after forward (saves memory, gathers again in backward).")
+    param_dtype: str = doc("fp32", "FSDP mixed precision: bf16 computes with bf16 parameters and reduces gradients in fp32; fp32 = off.")
+    cpu_offload: bool = doc(False, "FSDP keeps parameters, gradients and optimizer state in CPU memory between uses.")
+    activation_checkpoint: str = doc("none", "Recompute activations in backward: none, full (every block) or every (every k-th block).")
+    activation_checkpoint_every: int = doc(2, "With activation_checkpoint=every: checkpoint every k-th block.")
+    compile: bool = doc(False, "torch.compile each block.")
+    compile_backend: str = doc("inductor", "torch.compile backend (inductor; aot_eager compiles fast for smoke tests).")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """Sharded checkpoints of the whole training state (RUN_DIR/checkpoints/step-N)."""
 
@@ -105,4 +132,5 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exatrain.errors import ConfigError
 
@@ -26,8 +26,11 @@ SIZES: dict[str, ModelShape] = {
 }
 
 
-def model_shape(size: str) -> ModelShape:
-    """Look up a named size, failing with the list of valid names."""
+def model_shape(size: str, n_layers: int = 0) -> ModelShape:
+    """Look up a named size (optionally with another depth), failing with the list of valid names."""
     if size not in SIZES:
         raise ConfigError(f"unknown model size {size!r} (model.size)", "use one of: " + ", ".join(SIZES))
-    return SIZES[size]
+    if n_layers < 0:
+        raise ConfigError(f"model.n_layers must be 0 (the size's depth) or positive, got {n_layers}",
+                          "use e.g. --model.n_layers=4")
+    return replace(SIZES[size], n_layers=n_layers) if n_layers else SIZES[size]

@@ -119,6 +119,6 @@ class TransformerLM(nn.Module):
         return n
 
 
-def build_model(size: str, vocab_size: int, max_seq_len: int, dropout: float = 0.0) -> TransformerLM:
-    """The reference model of a named size for a vocabulary and context length."""
-    return TransformerLM(model_shape(size), vocab_size, max_seq_len, dropout)
+def build_model(size: str, vocab_size: int, max_seq_len: int, dropout: float = 0.0, n_layers: int = 0) -> TransformerLM:
+    """The reference model of a named size (optionally another depth) for a vocabulary and context length."""
+    return TransformerLM(model_shape(size, n_layers), vocab_size, max_seq_len, dropout)

@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 from exatrain.config import Config
+from exatrain.dist.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
 
 _SPLITS = ("train", "valid", "test")
 
 
-def preflight(cfg: Config, world_size: int) -> None:
-    """Raise ConfigError (with a HINT) for settings that cannot work with `world_size` ranks."""
-    model_shape(cfg.model.size)
+def preflight(cfg: Config, world_size: int) -> ParallelDims:
+    """Raise ConfigError (with a HINT) for settings that cannot work with `world_size` ranks; returns
+    the checked parallel layout."""
+    shape = model_shape(cfg.model.size, cfg.model.n_layers)
+    dims = ParallelDims.from_config(cfg.parallel, world_size)
     t, d = cfg.train, cfg.data
     _positive("train.steps", t.steps)
     _positive("train.global_batch_size", t.global_batch_size)
     _positive("train.micro_batch_size", t.micro_batch_size)
     _positive("data.seq_len", d.seq_len)
     _positive("train.log_every", t.log_every)
-    per_step = t.micro_batch_size * world_size
+    per_step = t.micro_batch_size * dims.dp
     if t.global_batch_size % per_step:
         raise ConfigError(
             f"batch size not divisible as configured: train.global_batch_size={t.global_batch_size} is not a "
-            f"multiple of train.micro_batch_size={t.micro_batch_size} x {world_size} rank(s) = {per_step}",
+            f"multiple of train.micro_batch_size={t.micro_batch_size} x {dims.dp} data-parallel rank(s) = {per_step}",
             f"pick a global batch that is a multiple of {per_step} (e.g. --train.global_batch_size={per_step * max(1, t.global_batch_size // per_step)}) "
             "or change the micro batch",
         )
@@ -34,6 +37,8 @@ def preflight(cfg: Config, world_size: int) -> None:
     _choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
+    dims.check(cfg.parallel, shape, t.micro_batch_size)
+    return dims
 
 
 def _positive(key: str, value: int) -> None:

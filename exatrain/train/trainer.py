@@ -40,7 +40,8 @@ class Trainer:
         self.steps_iter = self.sampler.iter_steps()  # this rank's micro-batch indices per step, across epochs
         self.accum = self.sampler.accumulation_steps
         seed_everything(t.seed)  # identical initial weights on every rank
-        self.model: TransformerLM = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, cfg.model.dropout)
+        self.model: TransformerLM = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, cfg.model.dropout,
+                                                 cfg.model.n_layers)
         if cfg.checkpoint.init_from:
             load_model_file(self.model, cfg.checkpoint.init_from)  # before DDP, which broadcasts rank 0's weights
         self.model.to(ctx.device)

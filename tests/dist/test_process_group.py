@@ -1,7 +1,6 @@
 """exatrain.dist on real gloo process groups started without torchrun (the srun/mpirun path)."""
 
 import json
-import socket
 import time
 
 import pytest
@@ -18,19 +17,7 @@ from exatrain.errors import ExatrainError
 pytestmark = pytest.mark.dist
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _mpi_env(rank, world, port):
-    """What Open MPI's mpirun sets for one rank (plus the master address a job script exports)."""
-    return detect_environment({
-        "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
-        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-    })
+from tests.dist.helpers import free_port as _free_port, mpi_env as _mpi_env
 
 
 def _worker(rank, world, port, out):

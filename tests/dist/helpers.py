@@ -1,0 +1,34 @@
+"""Start N real gloo ranks in this machine's processes, the way srun/mpirun would (no torchrun)."""
+
+import socket
+
+import torch.multiprocessing as mp
+
+from exatrain.env import detect_environment
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (for the rendezvous of one test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mpi_env(rank: int, world: int, port: int):
+    """What Open MPI's mpirun sets for one rank (plus the master address a job script exports)."""
+    return detect_environment({
+        "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    })
+
+
+def _entry(rank, fn, world, port, args):
+    fn(rank, world, mpi_env(rank, world, port), *args)
+
+
+def spawn(fn, world: int, *args) -> None:
+    """Run `fn(rank, world, env, *args)` on `world` processes; `fn` must be a module-level function.
+
+    Any rank's exception fails the call (torch.multiprocessing re-raises it with its traceback)."""
+    mp.spawn(_entry, args=(fn, world, free_port(), args), nprocs=world, join=True)
