@@ -4,10 +4,13 @@ Model and optimizer go through torch's get/set_state_dict, which yields sharded 
 models and plain ones for DDP, so the same checkpoint loads under another world size (DCP reshards).
 Progress (step, tokens, the sampler's position in global samples, best eval loss) is plain Python data.
 
-Random generators are per rank (dropout masks differ between ranks), so each rank saves its own under a
-top-level key of its own, `rng-rank-R`. On resume, a rank whose key is in the checkpoint continues its
-generators exactly; a rank that did not exist when it was saved (a larger world size) gets none and the
-trainer reseeds it deterministically from the seed, its rank and the step.
+Random generators are per rank (dropout masks differ between data-parallel replicas), so each rank saves
+its own under a top-level key of its own, `rng-rank-R`, together with the parallel layout it ran in. On
+resume in the same layout (world size and degrees), every rank continues its generators exactly, so the
+run repeats the uninterrupted one, dropout included. In another layout, rank R of the new run is not the
+same part of the computation as rank R was (another data share, another TP/PP position), so no generator
+is restored and the trainer reseeds each rank deterministically from the seed, its data-parallel rank and
+the step.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ class TrainingState(Stateful):
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  get_progress: Callable[[], dict], set_progress: Callable[[dict], None], config_text: str,
-                 rank: int = 0, device: torch.device | None = None):
+                 rank: int = 0, device: torch.device | None = None, layout: str = ""):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.get_progress, self.set_progress = get_progress, set_progress
         self.config_text = config_text
-        self.rng = RngState(rank, device or torch.device("cpu"))
+        self.rng = RngState(rank, device or torch.device("cpu"), layout)
 
     def entries(self, saved_keys: Iterable[str] | None = None) -> dict[str, Stateful]:
         """What DCP saves, or (given the checkpoint's flattened keys) what it can load: this rank's RNG
@@ -55,14 +58,15 @@ class TrainingState(Stateful):
 
 
 class RngState(Stateful):
-    """One rank's generators: torch on the CPU and on its GPU (if any), NumPy's global one, Python's `random`.
+    """One rank's generators: torch on the CPU and on its GPU (if any), NumPy's global one, Python's `random`;
+    restored only into the same `layout` (a description of world size and parallel degrees).
 
-    Everything is stored as tensors, ints, floats and tuples, so a checkpoint still loads with
+    Everything is stored as tensors, ints, floats, strings and tuples, so a checkpoint still loads with
     `torch.load(..., weights_only=True)` after `dcp_to_torch_save`.
     """
 
-    def __init__(self, rank: int, device: torch.device):
-        self.key, self.device = f"rng-rank-{rank}", device
+    def __init__(self, rank: int, device: torch.device, layout: str = ""):
+        self.key, self.device, self.layout = f"rng-rank-{rank}", device, layout
         self.restored = False
         self._expected: set[str] | None = None  # when loading: the parts the checkpoint has
 
@@ -72,7 +76,7 @@ class RngState(Stateful):
 
     def state_dict(self) -> dict:
         name, keys, pos, has_gauss, cached = np.random.get_state()
-        state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+        state = {"layout": self.layout, "torch": torch.get_rng_state(), "python": random.getstate(),
                  "numpy": (name, tuple(int(k) for k in keys), int(pos), int(has_gauss), float(cached))}
         if self.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -81,6 +85,9 @@ class RngState(Stateful):
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        self._expected = None
+        if state.get("layout") != self.layout:
+            return  # another layout: the trainer reseeds
         if "torch" in state:
             torch.set_rng_state(state["torch"])
         if "python" in state:
@@ -90,7 +97,7 @@ class RngState(Stateful):
             np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
         if "cuda" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda"], self.device)
-        self.restored, self._expected = True, None
+        self.restored = True
 
 
 def _as_tuples(value):
