@@ -80,7 +80,7 @@ def worker(ctx, a) -> None:
         per_rank = all_gather_objects(state_bytes(trainer))
         if is_root():
             ratio = statistics.median(stalls["async"]) / statistics.median(stalls["sync"])
-            print(f"model {a.size} ({trainer.model.num_params() / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
+            print(f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
                   f"(DDP), state per rank {per_rank[0] / 2**20:.0f} MiB, seq {a.seq_len} x micro batch {a.micro_batch}, "
                   f"torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
             print(f"  baseline step                  {median_ms(baselines)}")

@@ -58,7 +58,7 @@ def worker(ctx, a) -> None:
         if is_root():
             save_rate = mib / statistics.median(saves)
             dd_rate = mib / statistics.median(dds)
-            print(f"model {a.size} ({trainer.model.num_params() / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
+            print(f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
                   f"(DDP), state per rank {per_rank[0] / 2**20:.0f} MiB, checkpoint {mib} MiB on disk, "
                   f"torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
             print(f"  DCP save (whole state, commit incl.) {median_ms(saves)}  -> {save_rate:7.1f} MiB/s")
