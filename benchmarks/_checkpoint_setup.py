@@ -5,6 +5,7 @@ Not a benchmark itself (the leading underscore keeps it out of `ls benchmarks/*.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
 import statistics
@@ -21,6 +22,18 @@ from exatrain.env import detect_environment
 from exatrain.launch import launch_local
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options both checkpoint benchmarks take; each adds its own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--dir", default=None, help="where to write (default: the temp dir); the disk under test")
+    p.add_argument("--size", default="medium")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--nproc", type=int, default=2)
+    return p
 
 
 def relaunch_or_run(module: str, nproc: int, worker) -> int:

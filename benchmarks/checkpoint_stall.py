@@ -17,14 +17,13 @@ which the stall alone hides.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 
 import torch
 
-from benchmarks._checkpoint_setup import build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes, step
+from benchmarks._checkpoint_setup import arguments, build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes, step
 from exatrain.dist import all_gather_objects, is_root
 
 MAX_FOLLOW_STEPS = 50  # steps to wait for a background save before blocking on it
@@ -96,14 +95,8 @@ def worker(ctx, a) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
-    p.add_argument("--size", default="medium")
-    p.add_argument("--reps", type=int, default=5)
+    p = arguments(__doc__.splitlines()[0])
     p.add_argument("--baseline-steps", type=int, default=3)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--nproc", type=int, default=2)
     a = p.parse_args()
     return relaunch_or_run("benchmarks.checkpoint_stall", a.nproc, lambda ctx: worker(ctx, a))
 

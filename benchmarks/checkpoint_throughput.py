@@ -11,7 +11,6 @@ conv=fdatasync` of the same byte count into the same directory, by rank 0 alone,
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._checkpoint_setup import build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes
+from benchmarks._checkpoint_setup import arguments, build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes
 from exatrain.dist import all_gather_objects, barrier, is_root
 
 
@@ -67,14 +66,7 @@ def worker(ctx, a) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", default=None, help="where to write (default: the temp dir); the disk under test")
-    p.add_argument("--size", default="medium")
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--nproc", type=int, default=2)
-    a = p.parse_args()
+    a = arguments(__doc__.splitlines()[0]).parse_args()
     return relaunch_or_run("benchmarks.checkpoint_throughput", a.nproc, lambda ctx: worker(ctx, a))
 
 

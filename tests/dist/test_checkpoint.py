@@ -15,17 +15,13 @@ import pytest
 import torch
 
 from exatrain.train.records import read_metrics
-from tests.conftest import finish, started_exatrain, wait_for, worker_pid
+from tests.conftest import finish, started_exatrain, train_losses, wait_for, worker_pid
 
 pytestmark = pytest.mark.dist
 
 COMMON = ["--train.steps=12", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
           "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
           "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=6", "--checkpoint.keep=0"]
-
-
-def _losses(run_dir):
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +50,7 @@ def test_resume_under_other_world_size_continues_identically(uninterrupted, exat
                      "--train.micro_batch_size=4")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from" in r.stdout and "at step 6" in r.stdout
-    full, resumed = _losses(uninterrupted), _losses(run)
+    full, resumed = train_losses(uninterrupted), train_losses(run)
     assert sorted(resumed) == list(range(7, 13)), "a resumed run trains exactly the remaining steps"
     assert max(abs(full[s] - resumed[s]) for s in resumed) <= 1e-5, (full, resumed)
 
@@ -142,7 +138,7 @@ def test_async_save_writes_the_same_checkpoint_as_sync(uninterrupted, exatrain_c
     run = tmp_path / "async"
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *COMMON, "--checkpoint.async_save=true")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert _losses(run) == _losses(uninterrupted)
+    assert train_losses(run) == train_losses(uninterrupted)
     for step in ("step-6", "step-12"):
         a = _contents(run / "checkpoints" / step, tmp_path)
         s = _contents(uninterrupted / "checkpoints" / step, tmp_path)
@@ -173,7 +169,7 @@ def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli
     shutil.copytree(tmp_path / "full" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto")
     assert r.returncode == 0, r.stdout + r.stderr
-    full, resumed = _losses(tmp_path / "full"), _losses(run)
+    full, resumed = train_losses(tmp_path / "full"), train_losses(run)
     assert sorted(resumed) == list(range(7, 13))
     assert {s: full[s] for s in resumed} == resumed
 
@@ -197,7 +193,7 @@ def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatr
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"resumed from {ckpts / 'step-6'} at step 6" in r.stdout
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-12", "step-6"]
-    assert _losses(run) == _losses(uninterrupted)
+    assert train_losses(run) == train_losses(uninterrupted)
 
 
 def test_async_save_holds_the_state_of_its_step_although_training_goes_on(tmp_path):
