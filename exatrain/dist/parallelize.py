@@ -63,10 +63,11 @@ def apply_tp(module: nn.Module, tp_mesh, plan: dict) -> None:
 def apply_ac(blocks: nn.ModuleDict, mode: str, every: int = 1) -> None:
     """Recompute activations in backward: every block (mode 'full') or every `every`-th ('every').
 
-    The wrapper keeps parameter names in state dicts unchanged (torch strips its prefix)."""
+    The wrapper keeps parameter names in state dicts unchanged (torch strips its prefix). The RNG state
+    is saved so that recomputation draws the same dropout masks as the forward did."""
     for i, (name, block) in enumerate(list(blocks.items())):
         if mode == "full" or (mode == "every" and i % every == 0):
-            blocks[name] = checkpoint_wrapper(block, preserve_rng_state=False)
+            blocks[name] = checkpoint_wrapper(block, preserve_rng_state=True)
 
 
 def apply_compile(blocks: nn.ModuleDict, backend: str) -> None:

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from exatrain.train.records import read_metrics
 from tests.conftest import run_exatrain
+from tests.dist.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 
@@ -17,10 +17,6 @@ COMMON = ["--train.steps=4", "--train.log_every=1", "--train.eval_every=0", "--t
           "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
           "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=2", "--checkpoint.keep=0"]
 TOL = 1e-5
-
-
-def _losses(run_dir):
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +41,6 @@ def test_fsdp_checkpoint_resumes_in_another_layout(fsdp_run, tmp_path, nproc, la
                      cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert "resumed from" in r.stdout and "at step 2" in r.stdout
-    full, resumed = _losses(fsdp_run), _losses(run)
+    full, resumed = train_losses(fsdp_run), train_losses(run)
     assert sorted(resumed) == [3, 4]
     assert max(abs(full[s] - resumed[s]) for s in resumed) <= TOL, (full, resumed)
