@@ -1,7 +1,6 @@
 """Shared helpers: run the real `exatrain` command line in a subprocess, find and kill its workers."""
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -97,12 +96,6 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
         if b"TORCHELASTIC_RUN_ID" in b"".join(environ) and f"RANK={rank}".encode() in environ:
             return pid
     return None
-
-
-def train_losses(run_dir: Path) -> dict[int, float]:
-    """{step: loss} of a run's metrics.jsonl."""
-    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
 
 
 @pytest.fixture

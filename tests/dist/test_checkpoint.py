@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from exatrain.train.records import read_metrics
-from tests.conftest import finish, started_exatrain, train_losses, wait_for, worker_pid
+from tests.conftest import finish, started_exatrain, wait_for, worker_pid
+from tests.dist.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

@@ -12,7 +12,8 @@ import signal
 
 import pytest
 
-from tests.conftest import finish, run_exatrain, started_exatrain, train_losses, wait_for, worker_pid
+from tests.conftest import finish, run_exatrain, started_exatrain, wait_for, worker_pid
+from tests.dist.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from exatrain.data import GlobalBatchSampler
-from tests.conftest import run_exatrain, train_losses
+from tests.conftest import run_exatrain
+from tests.dist.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 
