@@ -197,6 +197,7 @@ def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatr
     assert train_losses(run) == train_losses(uninterrupted)
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process on purpose
 def test_async_save_holds_the_state_of_its_step_although_training_goes_on(tmp_path):
     """The background copy of the state must finish before the optimizer changes it: an SGD step right after
     an async save (single process, no group) must not leak into the checkpoint. The copy is made slow on
