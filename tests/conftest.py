@@ -1,8 +1,11 @@
-"""Shared helpers: run the real `exatrain` command line in a subprocess."""
+"""Shared helpers: run the real `exatrain` command line in a subprocess, find and kill its workers."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,15 +13,90 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
-    """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables),
-    optionally under a wrapper command such as `taskset -c 1`."""
+def clean_environment(env=None) -> dict:
+    """This process's environment without launcher variables (so the CLI starts its own workers), plus `env`."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "MASTER_"))
             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
     base.update(env or {})
-    return subprocess.run([*wrap, sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=base,
+    return base
+
+
+def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
+    """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables),
+    optionally under a wrapper command such as `taskset -c 1`."""
+    return subprocess.run([*wrap, sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def started_exatrain(args, cwd, env=None):
+    """`python -m exatrain.cli.main ARGS` running in the background in a session of its own; whatever of it is
+    still running at the end (agent, workers) is killed. Output goes to files (a pipe nobody reads could fill
+    up and block the workers); `finish(proc)` waits and returns (exit code, stdout, stderr)."""
+    out, err = Path(cwd) / f"exatrain-{os.getpid()}.out", Path(cwd) / f"exatrain-{os.getpid()}.err"
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
+                                stdout=o, stderr=e, text=True, start_new_session=True)
+    proc.out_path, proc.err_path = out, err
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """Wait for a run started by `started_exatrain`; its exit code, stdout and stderr."""
+    proc.wait(timeout=timeout)
+    return proc.returncode, proc.out_path.read_text(), proc.err_path.read_text()
+
+
+def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    """Poll `condition()` every 20 ms until it returns something true; fail (and stop `proc`) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            code, out, err = finish(proc)
+            pytest.fail(f"the run ended (exit code {code}) before {what}:\n{out}\n{err}")
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below `pid` (children, grandchildren, ...), read from /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue  # not a process, or it just ended
+        # the command name in parentheses may hold spaces: the parent pid is the 2nd field after it
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def worker_pid(launcher_pid: int, rank: int) -> int | None:
+    """The pid of the torchrun worker with global rank `rank` below `launcher_pid` (RANK in its environment)."""
+    for pid in descendants(launcher_pid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"TORCHELASTIC_RUN_ID" in b"".join(environ) and f"RANK={rank}".encode() in environ:
+            return pid
+    return None
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
 from exatrain.errors import ExatrainError
 
@@ -25,13 +25,17 @@ def model_shapes(model: torch.nn.Module) -> dict[str, tuple]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def checkpoint_model_shapes(path: Path, prefix: str = "app.model.") -> dict[str, tuple]:
-    """{name: global shape} of the model tensors recorded in a DCP checkpoint's metadata."""
+def read_metadata(path: Path) -> Metadata:
+    """A DCP checkpoint's metadata (names, shapes and types of everything in it)."""
     try:
-        meta = FileSystemReader(str(path)).read_metadata()
+        return FileSystemReader(str(path)).read_metadata()
     except Exception as e:  # torch raises several types for a damaged file
         raise ExatrainError(f"cannot read checkpoint metadata in {path} ({type(e).__name__}: {e})",
                             "the checkpoint is damaged: resume from an earlier step-N folder or --checkpoint.resume=auto") from None
+
+
+def checkpoint_model_shapes(meta: Metadata, prefix: str = "app.model.") -> dict[str, tuple]:
+    """{name: global shape} of the model tensors recorded in a DCP checkpoint's metadata."""
     return {k[len(prefix):]: tuple(m.size) for k, m in meta.state_dict_metadata.items()
             if k.startswith(prefix) and isinstance(m, TensorStorageMetadata)}
 

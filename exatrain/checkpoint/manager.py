@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 import warnings
 from concurrent.futures import Future
 from pathlib import Path
@@ -9,12 +12,14 @@ from pathlib import Path
 import torch.distributed as dist
 
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, require_shapes
+from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, read_metadata, require_shapes
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import (clean_incomplete, commit, partial_dir, prune, resolve_resume, step_dir)
-from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root
+from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root, rank
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
@@ -35,6 +40,12 @@ class CheckpointManager:
         # A background save runs collectives from its own thread: on the training group they would
         # interleave with the training step's collectives and deadlock, so it gets a group of its own.
         self.group = dist.new_group(backend="gloo") if async_save and dist.is_initialized() else None
+        # The in-memory copy of the state is also made in the background (into buffers kept between saves);
+        # the optimizer's next step, which changes the state, waits for it (see _guard).
+        self.stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                                   use_async_staging=True, use_non_blocking_copy=False)) if async_save else None
+        self.staging: Future | None = None
+        self._guarded: set[int] = set()  # ids of the optimizers whose step waits for the copy
 
     def start(self, resume: str) -> Path | None:
         """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
@@ -52,20 +63,37 @@ class CheckpointManager:
     def save(self, step: int, state: TrainingState, blocking: bool = True) -> Path:
         """Write step-N; all ranks write, then rank 0 commits and prunes old ones.
 
-        With async saving and `blocking=False`, the state is staged in memory and written by a background
-        thread while training goes on; `poll()` commits it once every rank finished.
+        With async saving and `blocking=False`, background threads copy the state in memory (the optimizer's
+        next step waits for that copy) and write it while training goes on; `poll()` commits it once every
+        rank finished.
         """
         self.wait()  # at most one save in flight; a failed one is reported here
         partial = partial_dir(self.root, step)
         try:
+            writer = _writer(partial, step)
             if self.async_save and not blocking:
-                future = dcp.async_save({"app": state}, checkpoint_id=str(partial), process_group=self.group)
-                self.pending = (future, step)
+                response = dcp.async_save(state.entries(), storage_writer=writer, process_group=self.group,
+                                          async_stager=self.stager)
+                self._guard(state.optimizer)
+                self.staging, self.pending = response.staging_completion, (response.upload_completion, step)
                 return step_dir(self.root, step)
-            dcp.save({"app": state}, checkpoint_id=str(partial))
+            dcp.save(state.entries(), storage_writer=writer)
         except _FAILURES as e:  # DCP gathers every rank's failure, so all ranks raise together
             raise _save_failed(step, partial, _reason(e)) from None
         return self._commit(step)
+
+    def _guard(self, optimizer) -> None:
+        """Make every later `optimizer.step()` first wait until the background copy of the state is complete."""
+        if id(optimizer) not in self._guarded:
+            optimizer.register_step_pre_hook(lambda *_: self._staged())
+            self._guarded.add(id(optimizer))
+
+    def _staged(self) -> None:
+        """Wait for the background copy of the state, if one is running."""
+        staging, self.staging = self.staging, None
+        if staging is not None:
+            with contextlib.suppress(*_FAILURES):  # a failed copy fails the upload too, reported by wait()
+                staging.result()
 
     def _commit(self, step: int) -> Path:
         barrier()
@@ -82,6 +110,7 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Block until the background save (if any) is written, then commit it; errors become ExatrainError."""
+        self._staged()
         if self.pending is None:
             return
         future, step = self.pending
@@ -97,17 +126,42 @@ class CheckpointManager:
 
     def load(self, path: Path, state: TrainingState) -> None:
         """Restore `state` from a committed checkpoint, after checking it fits the model."""
+        meta = read_metadata(path)
         # a pipeline stage's model holds only its own layers: compare the union over all ranks
         expected: dict[str, tuple] = {}
         for shapes in all_gather_objects(model_shapes(state.model)):
             expected.update(shapes)
-        require_shapes(expected, checkpoint_model_shapes(path), f"checkpoint {path}")
+        require_shapes(expected, checkpoint_model_shapes(meta), f"checkpoint {path}")
         try:
-            dcp.load({"app": state}, checkpoint_id=str(path))
+            dcp.load(state.entries(meta.state_dict_metadata), checkpoint_id=str(path))
         except _FAILURES as e:
             raise ExatrainError(f"loading checkpoint {path} failed ({_reason(e)})",
                                 "the checkpoint may be damaged: resume from an earlier step-N folder") from None
 
+
+# Test hook, for tests/dist/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
+# but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files meanwhile), so that a
+# test can kill -9 a rank while the save is in flight. Never set in real runs.
+_PAUSE_HOOK = "EXATRAIN_TEST_SAVE_PAUSE"
+
+
+class _PausingWriter(FileSystemWriter):
+    """A FileSystemWriter that sleeps before writing (see the test hook above)."""
+
+    def __init__(self, path: Path, pause_s: float):
+        super().__init__(str(path))
+        self.pause_s = pause_s
+
+    def write_data(self, plan, planner):
+        time.sleep(self.pause_s)
+        return super().write_data(plan, planner)
+
+
+def _writer(path: Path, step: int) -> FileSystemWriter:
+    hook = os.environ.get(_PAUSE_HOOK, "")
+    if hook and rank() != 0 and int(hook.split(":")[0]) == step:
+        return _PausingWriter(path, float(hook.split(":")[1]))
+    return FileSystemWriter(str(path))
 
 
 def _reason(e: BaseException) -> str:
@@ -115,8 +169,8 @@ def _reason(e: BaseException) -> str:
     prefix = ""
     failures = getattr(e, "failures", None)
     if failures:
-        rank, e = next(iter(failures.items()))
-        prefix = f"rank {rank}: "
+        failed_rank, e = next(iter(failures.items()))
+        prefix = f"rank {failed_rank}: "
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{prefix}{type(e).__name__}: {first[:300]}"
 

@@ -19,13 +19,14 @@ def cmd_train(args, overrides: list[str]) -> int:
         overrides = [*overrides, f"--dist.affinity={args.affinity}"]
     cfg = load_config(args.config, overrides)
     env = detect_environment(None, **cfg.dist.env_options())
+    if env.global_rank == 0:
+        for note in env.notes:
+            print(f"exatrain: note: {note}", file=sys.stderr)
     if env.kind != "local":
         if args.nproc not in (None, 1):
             print(f"exatrain: note: --nproc ignored: already launched by {env.kind} "
                   f"with {env.world_size} rank(s)", file=sys.stderr)
         return _train_here(cfg)
-    for note in env.notes:
-        print(f"exatrain: note: {note}", file=sys.stderr)
     nproc = check_nproc(args.nproc if args.nproc is not None else _default_nproc())
     preflight(cfg, nproc)
     if nproc == 1:

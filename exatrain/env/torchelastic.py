@@ -35,6 +35,16 @@ class TorchElasticEnvironment(ClusterEnvironment):
         check_below(node_rank, "GROUP_RANK", num_nodes, "GROUP_WORLD_SIZE or WORLD_SIZE/LOCAL_WORLD_SIZE")
         return Layout(world, rank, local_rank, local_world, node_rank, num_nodes)
 
+    def _read_notes(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        # torch 2.13 keeps the agent's shared store across restarts without a per-attempt prefix, so a
+        # restarted group can read the dead group's addresses (pytorch/pytorch#135712).
+        restarts = parse_int(environ.get("TORCHELASTIC_MAX_RESTARTS", "").strip() or "0", "TORCHELASTIC_MAX_RESTARTS", 0)
+        if restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            return ("torchrun may restart these workers, but its agent shares its store with them: a restarted group "
+                    "can fail to connect; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun "
+                    "(`exatrain train --nproc N --max-restarts K` does)",)
+        return ()
+
     def _read_main_address(self, environ: Mapping[str, str], master_suffix: str) -> str:
         # torchrun's own store listens here; a derived address would point elsewhere, so no suffix is added.
         return require(environ, "MASTER_ADDR", why=_WHY)[1]

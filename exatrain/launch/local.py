@@ -5,10 +5,17 @@ Never imports torch: the agent runs in a child process, so this module stays ins
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 from exatrain.errors import ConfigError
+
+# torchrun's c10d rendezvous shares one TCPStore between the agent and its workers, and keeps it across
+# restarts without a per-attempt key prefix (torch 2.13; pytorch/pytorch#135712). A restarted group then
+# reads the dead group's addresses from it (gloo: "connectFullMesh ... Connection refused"). With sharing
+# off, every rendezvous round gets a fresh store hosted by the new rank 0.
+RESTART_SAFE_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def check_nproc(nproc: int) -> int:
@@ -18,6 +25,13 @@ def check_nproc(nproc: int) -> int:
     return nproc
 
 
+def check_max_restarts(max_restarts: int) -> int:
+    """Validate a requested number of elastic restarts."""
+    if max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be 0 or more, got {max_restarts}", "use --max-restarts 3, for example")
+    return max_restarts
+
+
 def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> list[str]:
     """The command that runs `python -m <module> <args>` in `nproc` workers on this node.
 
@@ -25,12 +39,19 @@ def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int
     """
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={check_nproc(nproc)}",
-        f"--max-restarts={max_restarts}", "-m", module, *args,
+        f"--max-restarts={check_max_restarts(max_restarts)}", "-m", module, *args,
     ]
+
+
+def agent_environment(max_restarts: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The agent's environment: this process's, plus what makes restarts reconnect when they are allowed."""
+    env = dict(os.environ if base is None else base)
+    if max_restarts > 0:
+        env.update(RESTART_SAFE_AGENT_ENV)
+    return env
 
 
 def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> int:
     """Run the workers to completion and return the agent's exit code."""
-    if max_restarts < 0:
-        raise ConfigError(f"--max-restarts must be 0 or more, got {max_restarts}", "use --max-restarts 3, for example")
-    return subprocess.run(torchrun_command(nproc, module, args, max_restarts)).returncode
+    command = torchrun_command(nproc, module, args, max_restarts)
+    return subprocess.run(command, env=agent_environment(max_restarts)).returncode

@@ -74,13 +74,14 @@ class Trainer:
         c = self.cfg.checkpoint
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", c.interval, c.keep, c.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
-                                   self._restore_progress, to_toml(self.cfg))
+                                   self._restore_progress, to_toml(self.cfg), self.ctx.rank, self.ctx.device,
+                                   layout=self.dims.describe())
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         resume = self.checkpoints.start(c.resume or ("auto" if self.ctx.env.restart_count else ""))
         if resume is not None:
             self.checkpoints.load(resume, self.state)
-            # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)
-            seed_everything(rank_seed(self.cfg.train.seed, self.dp_rank) + self.step)
+            if not self.state.rng.restored:  # saved under another layout: reseed deterministically
+                seed_everything(rank_seed(self.cfg.train.seed, self.dp_rank) + self.step)
         return resume
 
     def _progress_state(self) -> dict:

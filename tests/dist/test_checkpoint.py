@@ -1,26 +1,28 @@
 """Sharded checkpoints on real gloo groups: resume under another world size, export, damaged input.
 
-Parity tolerance: 1e-5 absolute on every loss after the resume (only the float summation order of the
-gradient all-reduce differs between 2 ranks and 1 rank); exported weights must be bit-identical to the
-run's own final.pt.
+Parity tolerance: 1e-5 absolute on every loss after a resume under another world size (only the float
+summation order of the gradient all-reduce differs between 2 ranks and 1 rank); exact equality after a resume
+under the same world size (same data, same sums, and the random generators continue where they were);
+exported weights must be bit-identical to the run's own final.pt.
 """
 
+import os
 import shutil
+import signal
+import time
 
 import pytest
 import torch
 
 from exatrain.train.records import read_metrics
+from tests.conftest import finish, started_exatrain, wait_for, worker_pid
+from tests.dist.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 
 COMMON = ["--train.steps=12", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
           "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
           "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=6", "--checkpoint.keep=0"]
-
-
-def _losses(run_dir):
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_resume_under_other_world_size_continues_identically(uninterrupted, exat
                      "--train.micro_batch_size=4")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from" in r.stdout and "at step 6" in r.stdout
-    full, resumed = _losses(uninterrupted), _losses(run)
+    full, resumed = train_losses(uninterrupted), train_losses(run)
     assert sorted(resumed) == list(range(7, 13)), "a resumed run trains exactly the remaining steps"
     assert max(abs(full[s] - resumed[s]) for s in resumed) <= 1e-5, (full, resumed)
 
@@ -137,7 +139,7 @@ def test_async_save_writes_the_same_checkpoint_as_sync(uninterrupted, exatrain_c
     run = tmp_path / "async"
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *COMMON, "--checkpoint.async_save=true")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert _losses(run) == _losses(uninterrupted)
+    assert train_losses(run) == train_losses(uninterrupted)
     for step in ("step-6", "step-12"):
         a = _contents(run / "checkpoints" / step, tmp_path)
         s = _contents(uninterrupted / "checkpoints" / step, tmp_path)
@@ -156,3 +158,68 @@ def test_failed_background_save_is_reported(exatrain_cli, tmp_path):
     r = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'run'}", *COMMON, "--checkpoint.async_save=true")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "background save of step 6" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli, tmp_path):
+    """Every rank's generators (torch, NumPy, Python) are in the checkpoint: dropout masks after the resume are
+    the ones the uninterrupted run drew, so the losses are identical, not just close."""
+    dropout = [*COMMON, "--model.dropout=0.2"]
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'full'}", *dropout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    full, resumed = train_losses(tmp_path / "full"), train_losses(run)
+    assert sorted(resumed) == list(range(7, 13))
+    assert {s: full[s] for s in resumed} == resumed
+
+
+def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatrain_cli, tmp_path):
+    """A real kill -9 of rank 1 while the step-12 save is in flight (rank 1 paused inside the write by the
+    manager's test hook, rank 0's file already written): the partial folder is never used; the next run
+    resumes from step-6, removes the partial one and trains on exactly like the uninterrupted run."""
+    run, ckpts = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
+    partial = ckpts / ".step-12.partial"
+    hook = {"EXATRAIN_TEST_SAVE_PAUSE": "12:300"}
+    with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *COMMON], cwd=tmp_path, env=hook) as proc:
+        wait_for(lambda: list(partial.glob("__0_*.distcp")), 180, "rank 0's part of the step-12 save", proc)
+        os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
+        code, out, err = finish(proc)
+    assert code != 0, out + err
+    assert partial.is_dir() and not (ckpts / "step-12").exists()
+    assert sorted(p.name for p in ckpts.iterdir()) == [".step-12.partial", "step-6"]
+
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *COMMON, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {ckpts / 'step-6'} at step 6" in r.stdout
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-12", "step-6"]
+    assert train_losses(run) == train_losses(uninterrupted)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process on purpose
+def test_async_save_holds_the_state_of_its_step_although_training_goes_on(tmp_path):
+    """The background copy of the state must finish before the optimizer changes it: an SGD step right after
+    an async save (single process, no group) must not leak into the checkpoint. The copy is made slow on
+    purpose (a 0.5 s sleep wrapped around torch's stager, the only stand-in here) so that without the wait
+    the step would always land first."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from exatrain.checkpoint import CheckpointManager, TrainingState
+
+    model = torch.nn.Linear(64, 64, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    state = TrainingState(model, optimizer, scheduler, lambda: {"step": 1}, lambda p: None, "config")
+    manager = CheckpointManager(tmp_path / "ckpts", interval=1, keep=0, async_save=True)
+    manager.start("")
+    copy = manager.stager._stage
+    manager.stager._stage = lambda *a, **kw: (time.sleep(0.5), copy(*a, **kw))[1]
+    before = model.weight.detach().clone()
+    model.weight.grad = torch.ones_like(model.weight)
+    manager.save(1, state, blocking=False)
+    optimizer.step()  # changes every weight by -1 while the save is in flight
+    manager.wait()
+    dcp_to_torch_save(str(tmp_path / "ckpts" / "step-1"), str(tmp_path / "whole.pt"))
+    saved = torch.load(tmp_path / "whole.pt", weights_only=True)["app"]["model"]["weight"]
+    assert torch.equal(saved, before) and not torch.equal(saved, model.weight.detach())

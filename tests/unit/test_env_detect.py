@@ -343,3 +343,22 @@ def test_restart_count_from_torchrun_or_slurm():
     torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                 "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1"}
     assert detect_environment(torchrun).restart_count == 1
+
+
+def test_note_when_torchrun_may_restart_with_a_shared_store():
+    """torch 2.13's agent keeps its shared store across restarts (pytorch#135712): say how to avoid it."""
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500", "TORCHELASTIC_MAX_RESTARTS": "2"}
+    assert detect_environment(torchrun).notes == ()
+    shared = detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert len(shared.notes) == 1 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in shared.notes[0]
+    assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"}).notes == ()
+    assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True",
+                               "TORCHELASTIC_MAX_RESTARTS": "0"}).notes == ()
+
+
+def test_local_launch_turns_store_sharing_off_only_when_restarts_are_allowed():
+    from exatrain.launch.local import agent_environment
+
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in agent_environment(0, {"PATH": "/bin"})
+    assert agent_environment(2, {"PATH": "/bin"}) == {"PATH": "/bin", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
