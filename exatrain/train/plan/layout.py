@@ -1,0 +1,186 @@
+"""Build one rank's share of a layout in this process, on the meta device, and measure its shards.
+
+`exatrain plan` must check layouts of up to 16,384 ranks on a laptop, so it cannot start the ranks.
+Instead it joins torch's *fake* process group (torch.testing._internal.distributed.fake_pg: every
+collective is a no-op, but DeviceMesh, DTensor, tensor parallelism and FSDP2 compute the same local shard
+shapes as in a real job) as one representative rank at a time, builds the model on the meta device (no
+memory), applies the real layout code and reads the local shard shapes of the DTensors. The fake group is
+used only here, for what cannot run on this machine; the tests check the numbers against real gloo ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from exatrain.config import Config
+from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.errors import ExatrainError
+
+
+@dataclass(frozen=True)
+class RankShards:
+    """What one rank holds of the model, measured on its meta-device shards."""
+
+    rank: int
+    pp_rank: int
+    stages: tuple[int, ...]  # pipeline stage indices this rank runs (one, or several when interleaved)
+    blocks: tuple[int, ...]  # blocks per owned stage
+    first: bool  # holds the embeddings
+    last: bool  # holds the final norm and the output head
+    param_elements: int  # local parameter elements (fp32 storage)
+    param_tensors: int
+    param_bytes: int
+    largest_unit_bytes: int  # parameters of the largest FSDP unit, gathered over the shard dimension
+    all_units_bytes: int  # all FSDP units gathered (held after forward when not resharding)
+
+
+@contextlib.contextmanager
+def fake_group(rank: int, world_size: int):
+    """Join a fake process group as `rank` of `world_size` for the duration of the block."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+    if dist.is_initialized():
+        raise ExatrainError("exatrain plan needs a process without a process group, but one is already initialized",
+                            "run `exatrain plan` on its own, not inside a training job")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def representative_ranks(dims: ParallelDims) -> list[int]:
+    """Rank 0 of each pipeline rank's group: the ranks whose shards differ (data-parallel and TP peers hold
+    equal shards; rank 0 of a dimension holds the larger one when a size does not divide evenly)."""
+    return [p * (dims.world_size // dims.pp) for p in range(dims.pp)]
+
+
+def measure_rank(cfg: Config, world_size: int, rank: int, vocab_size: int) -> RankShards:
+    """Build `rank`'s part of the layout on the meta device under a fake group and measure it."""
+    with fake_group(rank, world_size):
+        dims = ParallelDims.from_config(cfg.parallel, world_size)
+        dims.build_mesh("cpu")
+        pp_rank = dims.coordinate("pp")
+        with torch.device("meta"):
+            stages = build_rank_stages(cfg, dims, vocab_size, pp_rank)
+        for _, module in stages:
+            apply_layout(module, dims, cfg)
+        return _measure(rank, pp_rank, stages, dims)
+
+
+def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims) -> RankShards:
+    params = [p for _, m in stages for p in m.parameters()]
+    elements = sum(_local(p).numel() for p in params)
+    units = [u for _, m in stages for u in fsdp_units(m, dims)] or [0]
+    n_stages = dims.pp * len(stages)  # every pipeline rank runs the same number of chunks
+    return RankShards(
+        rank=rank, pp_rank=pp_rank, stages=tuple(s for s, _ in stages),
+        blocks=tuple(len(m.layers) for _, m in stages),
+        first=any(s == 0 for s, _ in stages), last=any(s == n_stages - 1 for s, _ in stages),
+        param_elements=elements, param_tensors=len(params),
+        param_bytes=sum(_local(p).numel() * p.element_size() for p in params),
+        largest_unit_bytes=max(units), all_units_bytes=sum(units),
+    )
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a parameter (the tensor itself when it is not distributed)."""
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+def local_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Bytes of this rank's local parameter, gradient and optimizer-state shards (works on real ranks and on
+    meta tensors alike): what `exatrain plan` predicts and what the tests and benchmarks measure."""
+    def nbytes(t):
+        t = _local(t)
+        return t.numel() * t.element_size()
+
+    out = {"params": sum(nbytes(p) for p in model.parameters()),
+           "grads": sum(nbytes(p.grad) for p in model.parameters() if p.grad is not None), "optimizer": 0}
+    if optimizer is not None:
+        out["optimizer"] = sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+    return out
+
+
+def fsdp_units(model: torch.nn.Module, dims: ParallelDims) -> list[int]:
+    """Bytes of each FSDP unit's parameters once all-gathered over the shard dimension (what a unit holds
+    unsharded during its forward/backward), for the modules fully_shard wrapped."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not dims.fsdp:
+        return []
+    owned: dict[int, int] = {}  # parameter id -> id of the innermost FSDP module managing it
+    for module in model.modules():  # parents come before children, so children overwrite
+        if isinstance(module, FSDPModule):
+            for p in module.parameters():
+                owned[id(p)] = id(module)
+    sizes: dict[int, int] = {}
+    for p in model.parameters():
+        unit = owned.get(id(p))
+        if unit is not None:
+            sizes[unit] = sizes.get(unit, 0) + _local(p).numel() * p.element_size() * dims.dp_shard
+    return list(sizes.values())
+
+
+# -- the layout itself ---------------------------------------------------------------------------------
+# TODO(par-core, par-pp): replace build_rank_stages/apply_layout by exatrain.models.pipeline_split and
+# exatrain.dist.parallelize.parallelize once they land, so the plan measures exactly what training runs.
+
+def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
+    """[(stage index, module)] of the model chunks `pp_rank` runs: the whole model without PP."""
+    from exatrain.models.transformer import build_model
+
+    spr = cfg.parallel.pp_stages_per_rank if dims.pp_enabled else 1
+    n_stages = dims.pp * spr
+    out = []
+    for stage in range(pp_rank, n_stages, dims.pp):  # looped assignment: rank p runs stages p, p + pp, ...
+        model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+        out.append((stage, _keep_stage(model, stage, n_stages)))
+    return out
+
+
+def _keep_stage(model, stage: int, n_stages: int):
+    """Drop what stage `stage` of `n_stages` does not own: other blocks, embeddings, head."""
+    n = len(model.layers)
+    lo, hi = stage * n // n_stages, (stage + 1) * n // n_stages
+    for i in list(model.layers):
+        if not lo <= int(i) < hi:
+            del model.layers[i]
+    if stage > 0:
+        model.tok_embeddings = model.pos_embeddings = None
+    if stage < n_stages - 1:
+        model.norm = model.output = None
+    return model
+
+
+def apply_layout(model, dims: ParallelDims, cfg: Config) -> None:
+    """Tensor parallelism on the 'tp' mesh, then fully_shard per block and the root on the 'fsdp' mesh."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    if dims.tp_enabled:
+        tp = dims.mesh("tp")
+        block_plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+                      "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
+                      "ffn.w1": ColwiseParallel(), "ffn.w2": RowwiseParallel()}
+        for block in model.layers.values():
+            parallelize_module(block, tp, block_plan)
+        root = {}
+        if model.tok_embeddings is not None:
+            root["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate())
+        if model.output is not None:
+            root["output"] = ColwiseParallel(output_layouts=Replicate())
+        if root:
+            parallelize_module(model, tp, root)
+    if dims.fsdp:
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.parallel.param_dtype]
+        kw = dict(mesh=dims.mesh("fsdp"), mp_policy=MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32))
+        for block in model.layers.values():
+            fully_shard(block, reshard_after_forward=cfg.parallel.fsdp_reshard_after_forward, **kw)
+        fully_shard(model, **kw)
