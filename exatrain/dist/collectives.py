@@ -55,12 +55,12 @@ def mean_across_ranks(values: dict[str, float], device: torch.device | None = No
     return dict(zip(keys, t.tolist()))
 
 
-def sum_across_ranks(values: list[float], device: torch.device | None = None) -> list[float]:
-    """Sum a list of scalars over all ranks (float64)."""
+def sum_across_ranks(values: list[float], device: torch.device | None = None, group=None) -> list[float]:
+    """Sum a list of scalars over all ranks, or over the ranks of process `group` (float64)."""
     if not dist.is_initialized():
         return list(values)
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     return t.tolist()
 
 

@@ -163,7 +163,7 @@ class ParallelDims:
 
         names = [n for n in DIM_ORDER if getattr(self, n) > 1]
         if not names:
-            self._mesh = None
+            object.__setattr__(self, "_mesh", None)
             return None
         mesh = init_device_mesh(device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=tuple(names))
         dp_names = tuple(n for n in ("dp_replicate", "dp_shard") if n in names)

@@ -10,9 +10,11 @@ from torch import nn
 from exatrain.config import TrainConfig
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over the model's parameters; norms, biases and other 1-D tensors are not decayed."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def build_optimizer(model: nn.Module | list[nn.Module], cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over the parameters of a model (or of a rank's model parts); norms, biases and other 1-D
+    tensors are not decayed."""
+    parts = model if isinstance(model, list) else [model]
+    params = [p for part in parts for p in part.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -31,10 +31,11 @@ def prepare_data(cfg: Config) -> Corpus:
 def run_training(cfg: Config, environ=None) -> dict:
     """Train on this rank as part of whatever job it belongs to; returns the run summary."""
     env = detect_environment(environ, **cfg.dist.env_options())
-    preflight(cfg, env.world_size)
+    dims = preflight(cfg, env.world_size)
     ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
     try:
+        dims.build_mesh(ctx.device.type)
         corpus = prepare_data(cfg)
-        return Trainer(cfg, ctx, corpus).fit()
+        return Trainer(cfg, ctx, corpus, dims).fit()
     finally:
         teardown()

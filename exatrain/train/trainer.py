@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import time
@@ -10,63 +9,77 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.tensor import DTensor
 
-from exatrain.checkpoint import CheckpointManager, TrainingState, load_model_file
+from exatrain.checkpoint import CheckpointManager, TrainingState
 from exatrain.checkpoint.preemption import PreemptionFlag
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.dist import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
-from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.dist.grad_norm import clip_grad_norm_
+from exatrain.dist.parallel_dims import ParallelDims
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
+from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 from exatrain.train.progress import ProgressReporter
 from exatrain.train.records import MetricsLog, write_json
 
 
 class Trainer:
-    """Data-parallel training of the reference LM on one rank of a job (or alone)."""
+    """Training of the reference LM on one rank of a job (or alone), in any parallel layout.
 
-    def __init__(self, cfg: Config, ctx: DistContext, corpus: Corpus):
+    The layout (ParallelDims) decides the engine that runs forward/backward (see train/engine.py); data
+    is split over the data-parallel ranks only (tensor-parallel ranks of one group see the same batch).
+    """
+
+    def __init__(self, cfg: Config, ctx: DistContext, corpus: Corpus, dims: ParallelDims | None = None):
         self.cfg, self.ctx, self.corpus = cfg, ctx, corpus
-        t = cfg.train
+        self.dims = dims or _layout(cfg, ctx)
         self.run_dir = Path(cfg.run.dir)
-        self.train_tokens = corpus.split(cfg.data.train_split)
-        self.eval_tokens = corpus.split(cfg.data.eval_split)
-        self.sampler = GlobalBatchSampler(
-            num_samples=num_windows(len(self.train_tokens), cfg.data.seq_len), global_batch=t.global_batch_size,
-            rank=ctx.rank, world_size=ctx.world_size, micro_batch=t.micro_batch_size, seed=t.seed,
-        )
-        self.steps_iter = self.sampler.iter_steps()  # this rank's micro-batch indices per step, across epochs
-        self.accum = self.sampler.accumulation_steps
-        seed_everything(t.seed)  # identical initial weights on every rank
-        self.model: TransformerLM = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, cfg.model.dropout,
-                                                 cfg.model.n_layers)
-        if cfg.checkpoint.init_from:
-            load_model_file(self.model, cfg.checkpoint.init_from)  # before DDP, which broadcasts rank 0's weights
-        self.model.to(ctx.device)
-        seed_everything(rank_seed(t.seed, ctx.rank))  # different dropout masks per rank
-        self.ddp = self._wrap(self.model)
-        self.optimizer = build_optimizer(self.model, t)
-        self.scheduler = build_scheduler(self.optimizer, t)
-        self.dtype = _autocast_dtype(t.precision, ctx.device)
+        self.dp_rank, self.dp_size = self.dims.coordinate("dp"), self.dims.dp
+        dp_mesh = self.dims.mesh("dp")
+        self.dp_group = dp_mesh.get_group() if dp_mesh is not None else None
+        self._init_data()
+        self.dtype = _autocast_dtype(cfg.train.precision, ctx.device)
+        self.engine = build_engine(cfg, self.dims, ctx, corpus.vocab_size, self._autocast)
+        self.model = self.engine.model_parts[0]
+        # ranks of one data-parallel replica (TP, PP) draw the same dropout masks; replicas differ
+        seed_everything(rank_seed(cfg.train.seed, self.dp_rank))
+        self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
+        self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.interval,
-                                             cfg.checkpoint.keep, cfg.checkpoint.async_save)
-        self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
-                                   self._restore_progress, to_toml(cfg))
-        # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
-        resume = self.checkpoints.start(cfg.checkpoint.resume or ("auto" if ctx.env.restart_count else ""))
-        if resume is not None:
-            self.checkpoints.load(resume, self.state)
-            # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)
-            seed_everything(rank_seed(t.seed, ctx.rank) + self.step)
+        resume = self._init_checkpoints()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
-        self.progress = ProgressReporter(t.steps, enabled=ctx.is_root, log_every=t.log_every)
+        self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         self.preemption = PreemptionFlag(_preemption_signals(cfg.checkpoint.signals, ctx.env.kind))
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
+
+    def _init_data(self) -> None:
+        c, t = self.cfg, self.cfg.train
+        self.train_tokens = self.corpus.split(c.data.train_split)
+        self.eval_tokens = self.corpus.split(c.data.eval_split)
+        self.sampler = GlobalBatchSampler(
+            num_samples=num_windows(len(self.train_tokens), c.data.seq_len), global_batch=t.global_batch_size,
+            rank=self.dp_rank, world_size=self.dp_size, micro_batch=t.micro_batch_size, seed=t.seed,
+        )
+        self.steps_iter = self.sampler.iter_steps()  # this rank's micro-batch indices per step, across epochs
+        self.accum = self.sampler.accumulation_steps
+
+    def _init_checkpoints(self):
+        """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
+        c = self.cfg.checkpoint
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", c.interval, c.keep, c.async_save)
+        self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
+                                   self._restore_progress, to_toml(self.cfg))
+        # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
+        resume = self.checkpoints.start(c.resume or ("auto" if self.ctx.env.restart_count else ""))
+        if resume is not None:
+            self.checkpoints.load(resume, self.state)
+            # per-rank randomness continues from a seed tied to the step (the checkpoint holds rank 0's only)
+            seed_everything(rank_seed(self.cfg.train.seed, self.dp_rank) + self.step)
+        return resume
 
     def _progress_state(self) -> dict:
         return {"step": self.step, "tokens_seen": self.tokens_seen, "best_eval": self.best_eval,
@@ -77,12 +90,6 @@ class Trainer:
         self.best_eval = float(progress["best_eval"])
         self.sampler.load_state_dict(progress["sampler"])  # global position: valid for any world size
 
-    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.ctx.world_size == 1:
-            return model
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        return DDP(model, device_ids=device_ids)
-
     def _autocast(self):
         enabled = self.dtype is not None
         return torch.autocast(self.ctx.device.type, dtype=self.dtype or torch.float32, enabled=enabled)
@@ -90,23 +97,16 @@ class Trainer:
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """One optimizer step over this rank's micro-batches; returns the rank's mean loss (detached).
 
-        Gradients are all-reduced once per step: every micro-batch but the last runs under no_sync.
+        The engine accumulates gradients and synchronises them once per step (after the last micro-batch).
         """
-        total = torch.zeros((), device=self.ctx.device)
-        for i, (x, y) in enumerate(micro_batches):
-            last = i == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if last or self.ddp is self.model else self.ddp.no_sync()
-            with sync:
-                with self._autocast():
-                    loss = self.ddp(x, y) / len(micro_batches)
-                loss.backward()
-            total += loss.detach()
+        loss = self.engine.train_step(micro_batches)
         if self.cfg.train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+            params = [p for part in self.engine.model_parts for p in part.parameters()]
+            clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return total
+        return loss
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
@@ -118,20 +118,23 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean token loss and perplexity on the eval split, over all ranks' shares of it."""
-        self.ddp.eval()
+        self.engine.train(False)
         loss_sum, count = 0.0, 0
         for batch in eval_batches(self.eval_tokens, self.cfg.data.seq_len, self.cfg.train.micro_batch_size,
-                                  self.ctx.rank, self.ctx.world_size,
-                                  max_total_batches=self.cfg.train.eval_batches or None):
+                                  self.dp_rank, self.dp_size, max_total_batches=self.cfg.train.eval_batches or None):
             x, y = self._to_device(batch)
-            with self._autocast():
-                loss = self.model(x, y)
-            loss_sum += loss.item() * y.numel()
+            loss_sum += self.engine.eval_loss(x, y) * y.numel()
             count += y.numel()
-        self.ddp.train()
-        loss_sum, count = sum_across_ranks([loss_sum, float(count)], self.ctx.device)
+        self.engine.train(True)
+        loss_sum, count = self._sum_over_dp([loss_sum, float(count)])
         loss = loss_sum / max(count, 1.0)
         return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+    def _sum_over_dp(self, values: list[float]) -> list[float]:
+        """Sum over the data-parallel ranks only: TP ranks of one replica hold the same values already."""
+        if self.dp_group is None:
+            return list(values)
+        return sum_across_ranks(values, self.ctx.device, group=self.dp_group)
 
     def _record_eval(self) -> dict[str, float]:
         result = self.evaluate()
@@ -140,7 +143,7 @@ class Trainer:
         if self.step > 0 and result["loss"] < self.best_eval:
             self.best_eval = result["loss"]
             if self.cfg.train.save_model:
-                save0(self.model.state_dict(), self.run_dir / "best.pt")
+                save0(self.engine.full_state_dict(), self.run_dir / "best.pt")
         return result
 
     def fit(self) -> dict:
@@ -159,7 +162,7 @@ class Trainer:
             self.step += 1
             self.tokens_seen += tokens_per_step
             if self.step % t.log_every == 0 or self.step == t.steps:
-                loss = sum_across_ranks([local.item()], self.ctx.device)[0] / self.ctx.world_size
+                loss = self._sum_over_dp([local.item()])[0] / self.dp_size
                 rate = tokens_per_step / (time.perf_counter() - t0)
                 lr = self.scheduler.get_last_lr()[0]
                 self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate)
@@ -201,19 +204,22 @@ class Trainer:
 
     def _finish(self, initial, final, elapsed: float, tokens_trained: int) -> dict:
         if self.cfg.train.save_model:
-            save0(self.model.state_dict(), self.run_dir / "final.pt")
-        digests = all_gather_objects(weights_digest(self.model))
+            save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
+        digest = weights_digest(self.engine.model_parts)
+        # ranks that must hold identical weights: same place in every dimension but dp_replicate
+        replicas = all_gather_objects((self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"),
+                                       self.dims.coordinate("tp"), digest))
         env = self.ctx.env
         write_json(self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json", {
             **env.to_dict(), "device": str(self.ctx.device), "backend": self.ctx.backend,
-            "weights_sha256": digests[self.ctx.rank],
+            "weights_sha256": digest,
         })
         summary = {
             "steps": self.step, "world_size": self.ctx.world_size, "model_size": self.cfg.model.size,
-            "parameters": self.model.num_params(), "initial_eval": initial, "final_eval": final,
+            "layout": self.dims.describe(), "parameters": self.engine.num_params, "initial_eval": initial, "final_eval": final,
             "best_eval_loss": self.best_eval, "train_seconds": elapsed,
             "tokens_per_s": tokens_trained / max(elapsed, 1e-9), "tokens_seen": self.tokens_seen,
-            "weights_in_sync": len(set(digests)) == 1,
+            "weights_in_sync": replicas_agree(replicas),
         }
         if self.ctx.is_root:
             write_json(self.run_dir / "summary.json", summary)
@@ -222,11 +228,11 @@ class Trainer:
 
     def _banner(self) -> str:
         c, t = self.cfg, self.cfg.train
-        return (f"exatrain: model {c.model.size} ({self.model.num_params() / 1e6:.2f}M params), data {c.data.kind} "
+        return (f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
                 f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
                 f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
-                f"global batch {t.global_batch_size} = {t.micro_batch_size} x {self.accum} accum x "
-                f"{self.ctx.world_size} ranks, {t.steps} steps -> {self.run_dir}")
+                f"layout {self.dims.describe()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
+                f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}")
 
 
 def _summary_line(s: dict) -> str:
@@ -251,10 +257,26 @@ def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp32": None}[precision]
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """SHA-256 over all parameters' bytes in name order: equal digests mean bit-identical weights."""
+def weights_digest(model_parts) -> str:
+    """SHA-256 over this rank's own weights (its shards of sharded parameters) in name order: equal digests
+    on two replicas mean bit-identical weights."""
     h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(p.detach().float().cpu().numpy()).tobytes())
+    for i, part in enumerate(model_parts):
+        for name, p in sorted(part.state_dict().items()):
+            local = p.to_local() if isinstance(p, DTensor) else p
+            h.update(f"{i}.{name}".encode())
+            h.update(np.ascontiguousarray(local.detach().float().cpu().numpy()).tobytes())
     return h.hexdigest()
+
+
+def replicas_agree(entries: list[tuple]) -> bool:
+    """Given every rank's (place..., digest), True when ranks at the same place hold the same digest."""
+    seen: dict[tuple, str] = {}
+    return all(seen.setdefault(tuple(e[:-1]), e[-1]) == e[-1] for e in entries)
+
+
+def _layout(cfg: Config, ctx: DistContext) -> ParallelDims:
+    """The layout from the configuration, with its device mesh (for callers that did not run preflight)."""
+    dims = ParallelDims.from_config(cfg.parallel, ctx.world_size)
+    dims.build_mesh(ctx.device.type)
+    return dims

@@ -1,0 +1,53 @@
+"""Build this rank's model for the layout and the engine that runs it.
+
+The model is created on the meta device (no memory), parallelised (TP -> AC -> compile -> FSDP, see
+`exatrain.dist.parallelize`), materialised on the rank's device, and filled from the weights a
+single-process run would start from (a seeded plain model, or `checkpoint.init_from`). So every layout
+starts from bit-identical weights, which makes layouts comparable step by step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exatrain.checkpoint import load_model_file
+from exatrain.config import Config
+from exatrain.dist import DistContext, seed_everything
+from exatrain.dist.parallelize import load_full_state_dict, parallelize
+from exatrain.errors import ConfigError
+from exatrain.models.tp_plan import tp_plan
+from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.train.engine import DataParallelEngine
+
+
+def reference_model(cfg: Config, vocab_size: int) -> TransformerLM:
+    """The plain CPU model a single-process run starts from: seeded init, or the init_from file."""
+    seed_everything(cfg.train.seed)
+    model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    if cfg.checkpoint.init_from:
+        load_model_file(model, cfg.checkpoint.init_from)
+    return model
+
+
+def build_data_parallel_model(cfg: Config, dims, device: torch.device, vocab_size: int,
+                              full_state: dict) -> TransformerLM:
+    """The whole model for a layout without pipeline parallel, parallelised and loaded with `full_state`."""
+    with torch.device("meta"):
+        model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    p = cfg.parallel
+    plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
+    parallelize(model, model.layers, dims, p, plan, device.type)
+    load_full_state_dict(model, device, full_state)
+    return model
+
+
+def build_engine(cfg: Config, dims, ctx: DistContext, vocab_size: int, autocast):
+    """The engine for this layout, with its model(s) built and initialised."""
+    reference = reference_model(cfg, vocab_size)
+    full_state, num_params = reference.state_dict(), reference.num_params()
+    if dims.pp_enabled:
+        raise ConfigError("pipeline parallelism (parallel.pp > 1) is not available in this build",
+                          "use --parallel.pp=1")
+    model = build_data_parallel_model(cfg, dims, ctx.device, vocab_size, full_state)
+    return DataParallelEngine(model, dims, ctx.device, num_params, dims.tp_enabled and cfg.parallel.loss_parallel,
+                              autocast)

@@ -1,0 +1,95 @@
+"""Engines: how one rank runs forward/backward of an optimizer step and an evaluation forward.
+
+The trainer only talks to an engine, so a layout changes the engine, not the loop. Every engine has:
+
+    model_parts                  this rank's model chunks (one without pipeline parallel)
+    num_params                   parameters of the whole model (all ranks together)
+    train_step(micro_batches)    forward + backward over this rank's micro-batches, gradients ready for
+                                 the optimizer (synchronised across data-parallel ranks); returns the
+                                 rank's mean loss as a detached plain tensor
+    eval_loss(x, y)              mean token loss of one batch (float), without gradients
+    full_state_dict()            the whole model's unsharded state dict on rank 0 ({} elsewhere),
+                                 loadable by a plain single-process model; a collective: call on all ranks
+
+`DataParallelEngine` covers every layout without pipeline parallel (single process, DDP, FSDP, HSDP,
+TP, TP + SP / loss parallel, and their combinations).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
+
+from exatrain.dist.parallelize import apply_ddp
+
+
+class DataParallelEngine:
+    """One model per rank, wrapped for its layout (DDP, or already FSDP/TP-parallelised)."""
+
+    def __init__(self, model: nn.Module, dims, device: torch.device, num_params: int, use_loss_parallel: bool,
+                 autocast: Callable[[], contextlib.AbstractContextManager]):
+        self.model, self.num_params, self.autocast = model, num_params, autocast
+        self.model_parts = [model]
+        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters)
+        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp else None
+        self.use_loss_parallel = use_loss_parallel
+
+    def _loss_context(self):
+        # cross_entropy on vocabulary-sharded logits needs torch's context in forward AND backward
+        return loss_parallel() if self.use_loss_parallel else contextlib.nullcontext()
+
+    def _sync_gradients(self, sync: bool):
+        """Accumulate locally until the last micro-batch, then reduce gradients once."""
+        if isinstance(self.model, FSDPModule):
+            self.model.set_requires_gradient_sync(sync)
+        if self.ddp is not None and not sync:
+            return self.ddp.no_sync()
+        return contextlib.nullcontext()
+
+    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Forward and backward over this rank's micro-batches (gradient accumulation); returns their mean loss."""
+        forward = self.ddp or self.model
+        total = torch.zeros((), device=micro_batches[0][0].device)
+        for i, (x, y) in enumerate(micro_batches):
+            with self._sync_gradients(i == len(micro_batches) - 1), self._loss_context():
+                with self.autocast():
+                    loss = forward(x, y) / len(micro_batches)
+                loss.backward()
+            total += _plain(loss.detach())
+        return total
+
+    @torch.no_grad()
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Mean token loss of one batch."""
+        with self._loss_context(), self.autocast():
+            return _plain(self.model(x, y)).item()
+
+    def train(self, mode: bool = True) -> None:
+        """Switch dropout (train) on or off (eval) in every model part."""
+        for part in self.model_parts:
+            part.train(mode)
+
+    def full_state_dict(self) -> dict:
+        """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""
+        return full_state_dict(self.model)
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Gather `model`'s parameters into plain CPU tensors on rank 0 ({} on other ranks); without a
+    process group, a CPU copy of the state dict."""
+    if not dist.is_initialized():
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    # the loss is a replicated DTensor under loss parallel; every rank holds its full value
+    return t.to_local() if isinstance(t, DTensor) else t
