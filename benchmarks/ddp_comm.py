@@ -68,7 +68,7 @@ def worker(a, env):
         trainer.train_step(trainer._micro_batches())
 
     def unsynced():
-        with trainer.ddp.no_sync():  # the same step, gradients stay local: no communication
+        with trainer.engine.ddp.no_sync():  # the same step, gradients stay local: no communication
             trainer.train_step(trainer._micro_batches())
 
     sides = {"sync": synced, "no_sync": unsynced}
@@ -81,7 +81,7 @@ def worker(a, env):
     everyone = all_gather_objects(times)
     teardown()
     if ctx.is_root:
-        report(a, everyone, trainer.model.num_params())
+        report(a, everyone, trainer.engine.num_params)
 
 
 def report(a, everyone, n_params):

@@ -11,7 +11,7 @@ used only here, for what cannot run on this machine; the tests check the numbers
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -128,8 +128,8 @@ def fsdp_units(model: torch.nn.Module, dims: ParallelDims) -> list[int]:
 
 
 # -- the layout itself ---------------------------------------------------------------------------------
-# TODO(par-core, par-pp): replace build_rank_stages/apply_layout by exatrain.models.pipeline_split and
-# exatrain.dist.parallelize.parallelize once they land, so the plan measures exactly what training runs.
+# TODO(par-pp): replace build_rank_stages by exatrain.models.pipeline_split once it lands, so the plan
+# splits stages exactly as training does.
 
 def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
     """[(stage index, module)] of the model chunks `pp_rank` runs: the whole model without PP."""
@@ -158,29 +158,12 @@ def _keep_stage(model, stage: int, n_stages: int):
     return model
 
 
-def apply_layout(model, dims: ParallelDims, cfg: Config) -> None:
-    """Tensor parallelism on the 'tp' mesh, then fully_shard per block and the root on the 'fsdp' mesh."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+def apply_layout(module, dims: ParallelDims, cfg: Config) -> None:
+    """The layout exactly as training applies it (exatrain.dist.parallelize: TP -> AC -> FSDP), without
+    torch.compile, which changes no shard and would only cost time on the meta device."""
+    from exatrain.dist.parallelize import parallelize
+    from exatrain.models.tp_plan import tp_plan
 
-    if dims.tp_enabled:
-        tp = dims.mesh("tp")
-        block_plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-                      "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(),
-                      "ffn.w1": ColwiseParallel(), "ffn.w2": RowwiseParallel()}
-        for block in model.layers.values():
-            parallelize_module(block, tp, block_plan)
-        root = {}
-        if model.tok_embeddings is not None:
-            root["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate())
-        if model.output is not None:
-            root["output"] = ColwiseParallel(output_layouts=Replicate())
-        if root:
-            parallelize_module(model, tp, root)
-    if dims.fsdp:
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.parallel.param_dtype]
-        kw = dict(mesh=dims.mesh("fsdp"), mp_policy=MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32))
-        for block in model.layers.values():
-            fully_shard(block, reshard_after_forward=cfg.parallel.fsdp_reshard_after_forward, **kw)
-        fully_shard(model, **kw)
+    p = replace(cfg.parallel, compile=False)
+    plan = tp_plan(module.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
+    parallelize(module, module.layers, dims, p, plan, "cpu")  # "cpu": never pin memory (needs a GPU) here

@@ -125,7 +125,8 @@ def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.Activ
                                               dims.microbatches(cfg.parallel), chunks)
     acts = per_micro * in_flight
     transient = transient_bytes(s, cfg, dims, grads)
-    total = s.param_bytes + grads + optim + transient + acts
+    state = 0 if cfg.parallel.cpu_offload else s.param_bytes + grads + optim  # offloaded: in host memory
+    total = state + transient + acts
     return RankPlan(rank=s.rank, pp_rank=s.pp_rank, stages=s.stages, blocks=s.blocks, params=s.param_bytes,
                     grads=grads, optimizer=optim, transient=transient,
                     activation_per_microbatch=int(per_micro), microbatches_in_flight=in_flight,
@@ -159,6 +160,8 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         "not included: CUDA context (~0.5-1 GiB), allocator fragmentation, NCCL buffers; "
         f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",
     ]
+    if cfg.parallel.cpu_offload:
+        notes.append("cpu_offload: parameters, gradients and optimizer state live in host memory (not in the GPU total)")
     if dims.pp_enabled:
         notes.append(f"pipeline: {cfg.parallel.pp_schedule}, {dims.microbatches(cfg.parallel)} microbatches; "
                      "activations x microbatches in flight on each pipeline rank")
