@@ -149,6 +149,12 @@ class ParallelDims:
         if micro < self.pp:
             raise ConfigError(f"{micro} pipeline microbatches for {self.pp} pipeline ranks leave ranks idle",
                               f"set --parallel.pp_microbatches to at least {self.pp}")
+        rounds = max(1, micro // self.pp)  # torch's interleaved 1F1B runs microbatches in equal rounds
+        if interleaved and micro % rounds:
+            raise ConfigError(f"interleaved 1F1B runs pipeline microbatches in rounds of {self.pp} (one per pipeline "
+                              f"rank): {micro} microbatches do not split into {rounds} equal rounds",
+                              f"use a multiple of parallel.pp={self.pp} as --parallel.pp_microbatches, e.g. "
+                              f"{self.pp * rounds}")
 
     def microbatches(self, cfg: ParallelConfig) -> int:
         """Pipeline microbatches per micro-batch: the configured number, else one per stage."""

@@ -100,23 +100,34 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, T, V) for tokens (B, T); with targets (B, T), the mean cross-entropy instead."""
-        B, T = tokens.shape
-        pos = torch.arange(T, device=tokens.device)
-        h = self.drop(self.tok_embeddings(tokens) + self.pos_embeddings(pos))  # (B, T, D)
+        """Logits (B, T, V) for tokens (B, T); with targets (B, T), the mean cross-entropy instead.
+
+        A pipeline stage chunk (models.pipeline_split) lacks some parts: without embeddings its input
+        is the previous stage's hidden states (B, T, D); without the output head it returns hidden states.
+        """
+        if self.tok_embeddings is None:
+            h = tokens  # (B, T, D) from the previous pipeline stage
+        else:
+            pos = torch.arange(tokens.shape[1], device=tokens.device)
+            h = self.drop(self.tok_embeddings(tokens) + self.pos_embeddings(pos))  # (B, T, D)
         for layer in self.layers.values():
             h = layer(h)
+        if self.output is None:
+            return h
         logits = self.output(self.norm(h))  # (B, T, V)
-        if targets is None:
-            return logits
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        return logits if targets is None else lm_loss(logits, targets)
 
     def num_params(self, embeddings: bool = True) -> int:
         """Parameter count, optionally without the embedding tables."""
         n = sum(p.numel() for p in self.parameters())
-        if not embeddings:
+        if not embeddings and self.tok_embeddings is not None:
             n -= self.tok_embeddings.weight.numel() + self.pos_embeddings.weight.numel()
         return n
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of logits (B, T, V) against targets (B, T), computed in fp32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 def build_model(size: str, vocab_size: int, max_seq_len: int, dropout: float = 0.0, n_layers: int = 0) -> TransformerLM:

@@ -14,10 +14,10 @@ from exatrain.checkpoint import load_model_file
 from exatrain.config import Config
 from exatrain.dist import DistContext, seed_everything
 from exatrain.dist.parallelize import load_full_state_dict, parallelize
-from exatrain.errors import ConfigError
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import TransformerLM, build_model
 from exatrain.train.engine import DataParallelEngine
+from exatrain.train.pipeline_engine import build_pipeline_engine
 
 
 def reference_model(cfg: Config, vocab_size: int) -> TransformerLM:
@@ -46,8 +46,7 @@ def build_engine(cfg: Config, dims, ctx: DistContext, vocab_size: int, autocast)
     reference = reference_model(cfg, vocab_size)
     full_state, num_params = reference.state_dict(), reference.num_params()
     if dims.pp_enabled:
-        raise ConfigError("pipeline parallelism (parallel.pp > 1) is not available in this build",
-                          "use --parallel.pp=1")
+        return build_pipeline_engine(cfg, dims, ctx.device, vocab_size, full_state, num_params, autocast)
     model = build_data_parallel_model(cfg, dims, ctx.device, vocab_size, full_state)
     return DataParallelEngine(model, dims, ctx.device, num_params, dims.tp_enabled and cfg.parallel.loss_parallel,
                               autocast)
