@@ -1,7 +1,7 @@
 """`exatrain plan`'s parameter + gradient + optimizer bytes per rank against REAL gloo ranks.
 
 The plan builds the layout on the meta device under a fake process group; here the trainer builds the same
-layouts on 2 and 4 real ranks (FSDP, DDP, TP and FSDP x TP), takes an AdamW step and a second backward, and each rank sums
+layouts on 2 and 4 real ranks (FSDP, DDP, TP, PP and their products with FSDP), takes an AdamW step and a second backward, and each rank sums
 the bytes of the local parameter, gradient and optimizer-state shards it holds.
 """
 
@@ -26,6 +26,7 @@ LAYOUTS = {  # name -> overrides; the world size comes from the test
     "fsdp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"],
     "ddp": ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"],
     "tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.tp=2"],  # W=2: TP alone; W=4: FSDP x TP
+    "pp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.pp=2"],  # W=2: PP alone; W=4: PP x FSDP
 }
 
 
@@ -53,9 +54,10 @@ def test_plan_matches_real_ranks(tmp_path, world):
     spawn(_worker, world, tmp_path)
     real = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     for layout in LAYOUTS:
-        rank0 = make_plan(_config(layout, tmp_path), world).ranks[0]
-        planned = rank0.params + rank0.grads + rank0.optimizer
+        plan = make_plan(_config(layout, tmp_path), world)
+        per_pp_rank = world // len(plan.ranks)  # plan.ranks: rank 0 of each pipeline rank's group
         for r, measured in enumerate(real):
+            planned = (lambda p: p.params + p.grads + p.optimizer)(plan.ranks[r // per_pp_rank])
             held = sum(measured[layout].values())
             assert abs(planned - held) <= 0.10 * held, (layout, world, r, planned, measured[layout])
     # the layouts really differ: FSDP holds about 1/world of DDP's bytes on every rank

@@ -36,10 +36,10 @@ def test_16384_ranks_in_under_a_minute(exatrain_cli):
     assert [x["rank"] for x in plan["ranks"]] == [0, 4096, 8192, 12288]
     assert sum(sum(x["blocks"]) for x in plan["ranks"]) == 18  # every block on exactly one pipeline rank
     # by hand: a block holds 12 D^2 weights split tp x dp_shard ways (+ norms, not TP-split); stage 0 adds the
-    # token (TP-split) and position embeddings, the last stage the output head (TP-split); fp32
+    # token and position embeddings, the last stage the output head (all TP-split by rows) and norm; fp32
     D, shard = 2048, 64
     block = 12 * D * D / (8 * shard) + 2 * D / shard
-    ends = {0: 32000 * D / (8 * shard) + 4096 * D / shard, 12288: 32000 * D / (8 * shard) + D / shard}
+    ends = {0: (32000 + 4096) * D / (8 * shard), 12288: 32000 * D / (8 * shard) + D / shard}
     for x in plan["ranks"]:
         expected = 4 * (sum(x["blocks"]) * block + ends.get(x["rank"], 0))
         assert abs(x["params"] - expected) <= 0.01 * expected, (x["rank"], x["params"], expected)

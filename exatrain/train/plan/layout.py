@@ -127,43 +127,33 @@ def fsdp_units(model: torch.nn.Module, dims: ParallelDims) -> list[int]:
     return list(sizes.values())
 
 
-# -- the layout itself ---------------------------------------------------------------------------------
-# TODO(par-pp): replace build_rank_stages by exatrain.models.pipeline_split once it lands, so the plan
-# splits stages exactly as training does.
+# -- the layout itself, with the functions training uses (train/build.py, train/pipeline_engine.py) --
 
 def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
-    """[(stage index, module)] of the model chunks `pp_rank` runs: the whole model without PP."""
+    """[(stage index, chunk)] of the model chunks `pp_rank` runs (the whole model without PP), split as
+    the pipeline engine splits them (models.pipeline_split, looped stage assignment)."""
+    from exatrain.dist.pipeline import stage_ids
+    from exatrain.models.pipeline_split import split_for_stages
     from exatrain.models.transformer import build_model
 
-    spr = cfg.parallel.pp_stages_per_rank if dims.pp_enabled else 1
-    n_stages = dims.pp * spr
-    out = []
-    for stage in range(pp_rank, n_stages, dims.pp):  # looped assignment: rank p runs stages p, p + pp, ...
-        model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
-        out.append((stage, _keep_stage(model, stage, n_stages)))
-    return out
+    model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    if not dims.pp_enabled:
+        return [(0, model)]
+    spr = cfg.parallel.pp_stages_per_rank
+    ids = stage_ids(pp_rank, dims.pp, spr)
+    return list(zip(ids, split_for_stages(model, ids, dims.pp * spr)[1]))
 
 
-def _keep_stage(model, stage: int, n_stages: int):
-    """Drop what stage `stage` of `n_stages` does not own: other blocks, embeddings, head."""
-    n = len(model.layers)
-    lo, hi = stage * n // n_stages, (stage + 1) * n // n_stages
-    for i in list(model.layers):
-        if not lo <= int(i) < hi:
-            del model.layers[i]
-    if stage > 0:
-        model.tok_embeddings = model.pos_embeddings = None
-    if stage < n_stages - 1:
-        model.norm = model.output = None
-    return model
-
-
-def apply_layout(module, dims: ParallelDims, cfg: Config) -> None:
-    """The layout exactly as training applies it (exatrain.dist.parallelize: TP -> AC -> FSDP), without
-    torch.compile, which changes no shard and would only cost time on the meta device."""
+def apply_layout(chunk, dims: ParallelDims, cfg: Config) -> None:
+    """The layout exactly as training applies it to a model or stage chunk (exatrain.dist.parallelize:
+    TP -> AC -> FSDP; FSDP2 replicate for pure replication under PP), without torch.compile, which changes
+    no shard and would only cost time on the meta device."""
     from exatrain.dist.parallelize import parallelize
+    from exatrain.dist.pipeline import apply_replicate
     from exatrain.models.tp_plan import tp_plan
 
     p = replace(cfg.parallel, compile=False)
-    plan = tp_plan(module.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
-    parallelize(module, module.layers, dims, p, plan, "cpu")  # "cpu": never pin memory (needs a GPU) here
+    plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
+    parallelize(chunk, chunk.layers, dims, p, plan, "cpu")  # "cpu": never pin memory (needs a GPU) here
+    if dims.pp_enabled and dims.ddp:
+        apply_replicate(chunk, dims.mesh("dp"))
