@@ -31,10 +31,10 @@ def print_plan(plan: Plan) -> None:
     console.print(f"layout: {plan.layout}, world size {plan.world_size:,}; vocabulary {plan.vocab_size:,}, "
                   f"{plan.batch_per_microbatch} x {plan.seq_len} tokens per microbatch "
                   f"(checked in {plan.elapsed_s:.1f} s)")
-    table = Table(title="memory per GPU (representative ranks: rank 0 of each pipeline rank's group)")
+    table = Table(title="memory per GPU (rank 0 of each pipeline rank's group)")
     table.add_column("")
     for r in plan.ranks:
-        table.add_column(f"rank {r.rank} (stage {', '.join(map(str, r.stages))}; {sum(r.blocks)} blocks)",
+        table.add_column(f"rank {r.rank}\nstage {', '.join(map(str, r.stages))}, {sum(r.blocks)} blocks",
                          justify="right")
     for label, attr in ROWS:
         table.add_row(label, *(gib(getattr(r, attr)) for r in plan.ranks))
