@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 
-from exatrain.env import detect_environment
-from exatrain.launch import launch_local
+from benchmarks.ranks import run_on_ranks
 
 
 def parse(argv):
@@ -106,17 +104,7 @@ def report(a, everyone, n_params):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    a = parse(argv)
-    env = detect_environment()
-    if env.kind != "local":
-        worker(a, env)
-        return 0
-    from exatrain.train.run import prepare_data
-
-    with tempfile.TemporaryDirectory() as tmp:
-        a.run_dir = tmp
-        prepare_data(config(a))  # fill the data cache once, before the ranks start
-        return launch_local(a.nproc, "benchmarks.ddp_comm", [*argv, f"--run-dir={tmp}"])
+    return run_on_ranks("benchmarks.ddp_comm", argv, parse(argv), config, worker)
 
 
 if __name__ == "__main__":

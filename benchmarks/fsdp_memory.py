@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 
-from exatrain.env import detect_environment
-from exatrain.launch import launch_local
+from benchmarks.ranks import run_on_ranks
 
 SEQ, BATCH = 64, 2
 
@@ -84,17 +82,7 @@ def report(a, cfgs, per_rank):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    a = parse(argv)
-    env = detect_environment()
-    if env.kind != "local":
-        worker(a, env)
-        return 0
-    from exatrain.train.run import prepare_data
-
-    with tempfile.TemporaryDirectory() as tmp:  # not started by a launcher: start W workers through exatrain's
-        a.run_dir = tmp
-        prepare_data(layouts(a)["ddp"])  # fill the data cache once, before the ranks start
-        return launch_local(a.nproc, "benchmarks.fsdp_memory", [*argv, f"--run-dir={tmp}"])
+    return run_on_ranks("benchmarks.fsdp_memory", argv, parse(argv), lambda a: layouts(a)["ddp"], worker)
 
 
 if __name__ == "__main__":

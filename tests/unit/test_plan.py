@@ -8,6 +8,7 @@ tests/dist/test_plan_memory.py.
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -101,10 +102,10 @@ def test_activation_estimate_matches_saved_tensors(size, batch, seq, vocab):
 def test_checkpointing_and_tp_shrink_the_estimate():
     spec = memory.ActivationSpec(shape=model_shape("xl"), vocab=32000, seq_len=4096, batch=1, elem_bytes=2)
     none = memory.stage_activation_bytes(18, False, False, spec)
-    full = memory.stage_activation_bytes(18, False, False, memory.replace(spec, ac="full"))
-    every = memory.stage_activation_bytes(18, False, False, memory.replace(spec, ac="every", ac_every=2))
-    tp = memory.stage_activation_bytes(18, False, False, memory.replace(spec, tp=8))
-    sp = memory.stage_activation_bytes(18, False, False, memory.replace(spec, tp=8, sequence_parallel=True))
+    full = memory.stage_activation_bytes(18, False, False, replace(spec, ac="full"))
+    every = memory.stage_activation_bytes(18, False, False, replace(spec, ac="every", ac_every=2))
+    tp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8))
+    sp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8, sequence_parallel=True))
     assert full < every < none
     # TP splits 13 of the 17 B*T*D terms; sequence parallelism also the 2 residual ones (module docstring)
     assert tp == pytest.approx(none * (4 + 13 / 8) / 17) and sp == pytest.approx(none * (2 / 8 + 2 + 13 / 8) / 17)
@@ -116,3 +117,16 @@ def test_pipeline_microbatches_in_flight():
     assert memory.microbatches_in_flight("gpipe", 4, 3, 8, 1) == 8
     assert memory.microbatches_in_flight("interleaved_1f1b", 4, 0, 8, 2) == 2 * 3 + 4 + 1
     assert memory.microbatches_in_flight("1f1b", 1, 0, 8, 1) == 1
+
+
+def test_site_profiles_give_the_gpu_memory():
+    from exatrain.config.load import read_toml
+    from exatrain.launch.profiles import PROFILE_DIR, load_profile, profile_from_dict
+
+    assert {n: load_profile(n).gpu_memory_gb for n in ("lumi-g", "juwels-booster", "generic-nvidia", "cpu")} == \
+        {"lumi-g": 64.0, "juwels-booster": 40.0, "generic-nvidia": 80.0, "cpu": 0.0}
+    data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
+    with pytest.raises(ConfigError, match="gpu_memory_gb must be float"):
+        profile_from_dict({**data, "gpu_memory_gb": "lots"})
+    assert memory.verdict(10 * 2**30, None).startswith("unknown")
+    assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith("tight")

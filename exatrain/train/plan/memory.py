@@ -26,7 +26,7 @@ slack, the CUDA context and temporary buffers of kernels are not in it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace  # noqa: F401  (replace: variants of a spec)
+from dataclasses import dataclass
 
 from exatrain.models import ModelShape
 
