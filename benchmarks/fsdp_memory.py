@@ -76,7 +76,8 @@ def report(a, cfgs, per_rank):
     print(f"model {a.size}, synthetic data (vocab 512), AdamW, fp32, W={world} gloo ranks, torch {torch.__version__}")
     for k in ("ddp", "fsdp"):
         print(f"  {k:4s} per-rank params+grads+optimizer: max {max(per_rank[k]) / 2**20:8.2f} MiB "
-              f"(ranks: {', '.join(f'{b / 2**20:.2f}' for b in per_rank[k])}); exatrain plan: {planned[k] / 2**20:.2f} MiB")
+              f"(ranks: {', '.join(f'{b / 2**20:.2f}' for b in per_rank[k])}); "
+              f"exatrain plan: {planned[k] / 2**20:.2f} MiB")
     print(f"ratio FSDP / (DDP / {world}) = {ratio:.3f}  (goal <= 1.10)")
 
 

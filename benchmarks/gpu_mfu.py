@@ -135,7 +135,8 @@ def run_size(size, a, device):
         peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
         mfu = result[name] * fpt / (a.peak_tflops * 1e12)
         print(f"  {size:6s} {name:8s} {result[name]:12,.0f} tokens/s  MFU {mfu:6.1%}  "
-              f"(batch {batch} x {a.seq_len}, {reference.num_params() / 1e6:.0f}M params, peak memory {peak_mem:.1f} GiB)",
+              f"(batch {batch} x {a.seq_len}, {reference.num_params() / 1e6:.0f}M params, "
+              f"peak memory {peak_mem:.1f} GiB)",
               flush=True)
         del step
         gc.collect()

@@ -1,8 +1,9 @@
 """`exatrain plan`'s parameter + gradient + optimizer bytes per rank against REAL gloo ranks.
 
 The plan builds the layout on the meta device under a fake process group; here the trainer builds the same
-layouts on 2 and 4 real ranks (FSDP, DDP, TP, PP and their products with FSDP), takes an AdamW step and a second backward, and each rank sums
-the bytes of the local parameter, gradient and optimizer-state shards it holds.
+layouts on 2 and 4 real ranks (FSDP, DDP, TP, PP and their products with FSDP), takes an AdamW step and a
+second backward, and each rank sums the bytes of the local parameter, gradient and optimizer-state shards
+it holds.
 """
 
 import json

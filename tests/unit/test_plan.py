@@ -51,7 +51,8 @@ def test_16384_ranks_in_under_a_minute(exatrain_cli):
 
 def test_table_output(exatrain_cli):
     r = exatrain_cli("plan", "--world-size", "8", "--gpu-memory-gb", "0.001", "--model.size=small",
-                     "--train.global_batch_size=64", "--parallel.dp_replicate=2", "--parallel.dp_shard=2", "--parallel.tp=2")
+                     "--train.global_batch_size=64", "--parallel.dp_replicate=2", "--parallel.dp_shard=2",
+                     "--parallel.tp=2")
     assert r.returncode == 0, r.stderr
     assert "total per GPU" in r.stdout and "does not fit" in r.stdout and "HSDP, TP" in r.stdout
 
@@ -72,6 +73,8 @@ def test_invalid_layout_fails_fast_with_hint(exatrain_cli, overrides, expected):
 def test_world_size_out_of_range():
     with pytest.raises(ConfigError, match="world-size"):
         make_plan(load_config(), 32768)
+    with pytest.raises(ConfigError, match="vocab-size"):
+        make_plan(load_config(), 2, vocab_size=0)
 
 
 def _saved_bytes(model, x) -> int:

@@ -84,6 +84,9 @@ def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         raise ConfigError(f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {world_size}",
                           "pass the number of ranks (GPUs) of the job, e.g. --world-size 1024")
+    if vocab_size is not None and vocab_size < 2:
+        raise ConfigError(f"--vocab-size must be at least 2, got {vocab_size}",
+                          "pass the tokenizer's vocabulary size, e.g. --vocab-size 32000")
     dims = preflight(cfg, world_size)
     assumed = vocab_size is None and default_vocab(cfg)[1]
     vocab = vocab_size or default_vocab(cfg)[0]
@@ -161,7 +164,8 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",
     ]
     if cfg.parallel.cpu_offload:
-        notes.append("cpu_offload: parameters, gradients and optimizer state live in host memory (not in the GPU total)")
+        notes.append("cpu_offload: parameters, gradients and optimizer state live in host memory "
+                     "(not in the GPU total)")
     if dims.pp_enabled:
         notes.append(f"pipeline: {cfg.parallel.pp_schedule}, {dims.microbatches(cfg.parallel)} microbatches; "
                      "activations x microbatches in flight on each pipeline rank")
