@@ -35,6 +35,7 @@ class RankShards:
     param_elements: int  # local parameter elements (fp32 storage)
     param_tensors: int
     param_bytes: int
+    grad_bytes: int | None  # measured by a backward on the meta device; None where that cannot run (FSDP)
     largest_unit_bytes: int  # parameters of the largest FSDP unit, gathered over the shard dimension
     all_units_bytes: int  # all FSDP units gathered (held after forward when not resharding)
 
@@ -52,6 +53,22 @@ def fake_group(rank: int, world_size: int):
         yield
     finally:
         dist.destroy_process_group()
+        _forget_meshes()
+
+
+def _forget_meshes() -> None:
+    """Drop DTensor's caches of sharding and redistribution plans. They are keyed by meshes, and the next
+    representative rank's mesh compares equal to this one's (same shape and names) while its process groups
+    are new: a cached plan would name a group of the destroyed fake group."""
+    try:  # private torch API (2.13); older versions without these caches have nothing to clear
+        from torch.distributed.tensor import _redistribute
+        from torch.distributed.tensor.debug import _clear_fast_path_sharding_prop_cache, _clear_sharding_prop_cache
+    except ImportError:
+        return
+    _clear_sharding_prop_cache()  # Python cache
+    _clear_fast_path_sharding_prop_cache()  # C++ dispatch fast path cache
+    _redistribute._gen_transform_infos.cache_clear()
+    _redistribute.clear_redistribute_planner_cache()
 
 
 def representative_ranks(dims: ParallelDims) -> list[int]:
@@ -70,10 +87,39 @@ def measure_rank(cfg: Config, world_size: int, rank: int, vocab_size: int) -> Ra
             stages = build_rank_stages(cfg, dims, vocab_size, pp_rank)
         for _, module in stages:
             apply_layout(module, dims, cfg)
-        return _measure(rank, pp_rank, stages, dims)
+        return _measure(rank, pp_rank, stages, dims, meta_grad_bytes(stages, dims, cfg))
 
 
-def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims) -> RankShards:
+def meta_grad_bytes(stages, dims: ParallelDims, cfg: Config) -> int | None:
+    """Gradient bytes after one forward/backward of each chunk on the meta device (free), or None.
+
+    Worth running because gradients need not be sharded like their parameters: with tensor parallel and
+    no FSDP, torch returns the gradients of the row-sharded embeddings whole (Replicate). FSDP (and FSDP2's
+    replicate) refuse to run on meta parameters, but there the gradients are reduce-scattered into exactly
+    the parameters' shards, so None (= the parameters' bytes) is right for them.
+    """
+    if dims.fsdp or (dims.pp_enabled and dims.ddp):
+        return None
+    p = cfg.parallel
+    shape = stages[0][1].shape
+    t = min(cfg.data.seq_len, 16)  # gradient shapes do not depend on the batch; keep the graph small
+    with contextlib.ExitStack() as stack:
+        if dims.tp_enabled and p.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            stack.enter_context(loss_parallel())
+        for _, chunk in stages:
+            tokens = torch.zeros(1, t, dtype=torch.long, device="meta")
+            # a later pipeline stage gets hidden states (its sequence shard under sequence parallel)
+            x = tokens if chunk.tok_embeddings is not None else torch.zeros(
+                1, t // (dims.tp if p.sequence_parallel else 1), shape.dim, device="meta")
+            out = chunk(x, tokens) if chunk.output is not None else chunk(x)
+            (out if out.dim() == 0 else out.float().sum()).backward()
+    return sum(_local(q.grad).numel() * q.grad.element_size()
+               for _, m in stages for q in m.parameters() if q.grad is not None)
+
+
+def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims, grad_bytes: int | None) -> RankShards:
     params = [p for _, m in stages for p in m.parameters()]
     elements = sum(_local(p).numel() for p in params)
     units = [u for _, m in stages for u in fsdp_units(m, dims)] or [0]
@@ -83,7 +129,7 @@ def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims) -> RankShards:
         blocks=tuple(len(m.layers) for _, m in stages),
         first=any(s == 0 for s, _ in stages), last=any(s == n_stages - 1 for s, _ in stages),
         param_elements=elements, param_tensors=len(params),
-        param_bytes=sum(_local(p).numel() * p.element_size() for p in params),
+        param_bytes=sum(_local(p).numel() * p.element_size() for p in params), grad_bytes=grad_bytes,
         largest_unit_bytes=max(units), all_units_bytes=sum(units),
     )
 

@@ -119,7 +119,7 @@ def activation_spec(cfg: Config, dims: ParallelDims, vocab: int) -> memory.Activ
 def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec,
               gpu_gb: float | None) -> RankPlan:
     """Add gradients, optimizer state, transient buffers and activations to one rank's measured shards."""
-    grads = s.param_bytes  # gradients take the shape and dtype (fp32) of the stored parameter shards
+    grads = s.param_bytes if s.grad_bytes is None else s.grad_bytes
     optim = memory.optimizer_bytes(s.param_elements, s.param_tensors)
     per_micro = max(memory.stage_activation_bytes(b, s.first and i == 0, s.last and i == len(s.blocks) - 1, spec)
                     for i, b in enumerate(s.blocks))
@@ -155,7 +155,8 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
     """What the numbers assume, printed under the table."""
     notes = [
         "parameters: measured local shards (fp32 storage) of the layout built on the meta device, fake process group",
-        "gradients: same shards and dtype as the stored parameters (FSDP's bf16 copies are transient)",
+        "gradients: measured by a backward on the meta device; under FSDP (which cannot run there) the "
+        "parameters' shards and dtype, where its reduce-scatter puts them (its bf16 copies are transient)",
         "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
         f"activations: ESTIMATE, {memory.FULL_BLOCK} x B*T*D per block (flash attention), "
         f"{'bf16' if spec.elem_bytes == 2 else 'fp32'}, B = {spec.batch} samples per microbatch, T = {spec.seq_len}; "
