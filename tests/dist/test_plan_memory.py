@@ -29,7 +29,8 @@ LAYOUTS = {  # name -> overrides; the world size comes from the test
     "tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.tp=2"],  # W=2: TP alone; W=4: FSDP x TP
     "pp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.pp=2"],  # W=2: PP alone; W=4: PP x FSDP
 }
-ONLY_AT_4 = {"pp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.pp=2", "--parallel.tp=2"]}
+ONLY_AT_4 = {"pp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.pp=2", "--parallel.tp=2"],
+             "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]}
 
 
 def _layouts(world: int) -> dict:

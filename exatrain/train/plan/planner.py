@@ -158,6 +158,8 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         "gradients: measured by a backward on the meta device; under FSDP (which cannot run there) the "
         "parameters' shards and dtype, where its reduce-scatter puts them (its bf16 copies are transient)",
         "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
+        "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in param_dtype, "
+        "its unsharded gradient and fp32 reduce input; DDP: its buckets, one more copy of the gradients",
         f"activations: ESTIMATE, {memory.FULL_BLOCK} x B*T*D per block (flash attention), "
         f"{'bf16' if spec.elem_bytes == 2 else 'fp32'}, B = {spec.batch} samples per microbatch, T = {spec.seq_len}; "
         f"checkpointing: {cfg.parallel.activation_checkpoint}",
