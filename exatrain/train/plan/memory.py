@@ -113,7 +113,7 @@ def optimizer_bytes(param_elements: int, param_tensors: int) -> int:
 def verdict(total_bytes: float, gpu_gb: float | None) -> str:
     """'fits', 'tight' (above 90 % of the GPU) or 'does not fit'; 'unknown' without a GPU size."""
     if not gpu_gb:
-        return "unknown (no GPU memory size: pass --gpu-memory-gb or --site)"
+        return "unknown (no GPU memory size: pass --gpu-memory-gb, or --site with a profile that sets gpu_memory_gb)"
     share = total_bytes / (gpu_gb * GIB)
     if share > 1:
         return f"does not fit ({share:.0%} of {gpu_gb:g} GiB)"
