@@ -175,6 +175,10 @@ class ParallelDims:
         dp_names = tuple(n for n in ("dp_replicate", "dp_shard") if n in names)
         if len(dp_names) == 2:
             mesh[dp_names]._flatten("dp")
+        if self.fsdp and self.tp_enabled:
+            # FSDP x TP parameters live on (fsdp dims..., tp); with this flattened view DTensor reduces
+            # their gradient norms (clipping) in one collective instead of one per mesh dimension
+            mesh[("dp_replicate", "dp_shard", "tp") if self.hsdp else ("dp_shard", "tp")]._flatten()
         object.__setattr__(self, "_mesh", mesh)
         return mesh
 

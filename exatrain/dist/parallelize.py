@@ -13,9 +13,11 @@ real weights when it is constructed.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -61,10 +63,11 @@ def apply_tp(module: nn.Module, tp_mesh, plan: dict) -> None:
 def apply_ac(blocks: nn.ModuleDict, mode: str, every: int = 1) -> None:
     """Recompute activations in backward: every block (mode 'full') or every `every`-th ('every').
 
-    The wrapper keeps parameter names in state dicts unchanged (torch strips its prefix)."""
+    The wrapper keeps parameter names in state dicts unchanged (torch strips its prefix). The RNG state
+    is saved so that recomputation draws the same dropout masks as the forward did."""
     for i, (name, block) in enumerate(list(blocks.items())):
         if mode == "full" or (mode == "every" and i % every == 0):
-            blocks[name] = checkpoint_wrapper(block, preserve_rng_state=False)
+            blocks[name] = checkpoint_wrapper(block, preserve_rng_state=True)
 
 
 def apply_compile(blocks: nn.ModuleDict, backend: str) -> None:
@@ -96,7 +99,8 @@ def apply_fsdp(model: nn.Module, blocks: nn.ModuleDict, mesh, reshard_after_forw
 
 
 def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
-    """Wrap a materialised model in DDP over `dp_mesh`'s process group (replicas all-reduce gradients).
+    """Wrap a materialised model in DDP over `dp_mesh`'s process group (replicas all-reduce gradients,
+    overlapped with backward). Not for tensor-parallel models: see `all_reduce_gradients`.
 
     Call after the weights are loaded: DDP's constructor broadcasts rank 0's parameters."""
     device_ids = [device.index] if device.type == "cuda" else None
@@ -118,3 +122,19 @@ def load_full_state_dict(model: nn.Module, device: torch.device, full_state: dic
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
     else:
         model.load_state_dict(state)
+
+
+@torch.no_grad()
+def all_reduce_gradients(params, dp_mesh) -> None:
+    """Average gradients over `dp_mesh`'s ranks with one collective on a flat buffer.
+
+    Replication for layouts torch's DDP cannot wrap: it takes no DTensor parameters, so replicas of a
+    tensor-parallel model reduce their local gradient shards here, after the last backward of a step."""
+    grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=dp_mesh.get_group())
+    flat /= dp_mesh.size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

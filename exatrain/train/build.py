@@ -37,7 +37,8 @@ def build_data_parallel_model(cfg: Config, dims, device: torch.device, vocab_siz
     p = cfg.parallel
     plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
     parallelize(model, model.layers, dims, p, plan, device.type)
-    load_full_state_dict(model, device, full_state)
+    # with CPU offload FSDP keeps the sharded parameters in CPU memory and copies them to the device per use
+    load_full_state_dict(model, torch.device("cpu") if p.cpu_offload else device, full_state)
     return model
 
 

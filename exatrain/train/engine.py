@@ -28,7 +28,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from exatrain.dist.parallelize import apply_ddp
+from exatrain.dist.parallelize import all_reduce_gradients, apply_ddp
 
 
 class DataParallelEngine:
@@ -38,8 +38,10 @@ class DataParallelEngine:
                  autocast: Callable[[], contextlib.AbstractContextManager]):
         self.model, self.num_params, self.autocast = model, num_params, autocast
         self.model_parts = [model]
-        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters)
-        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp else None
+        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters);
+        # torch's DDP takes no DTensors, so replicas of a TP model reduce gradients after backward instead
+        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp and not dims.tp_enabled else None
+        self.replica_mesh = dims.mesh("dp") if dims.ddp and dims.tp_enabled else None
         self.use_loss_parallel = use_loss_parallel
 
     def _loss_context(self):
@@ -64,6 +66,8 @@ class DataParallelEngine:
                     loss = forward(x, y) / len(micro_batches)
                 loss.backward()
             total += _plain(loss.detach())
+        if self.replica_mesh is not None:
+            all_reduce_gradients(self.model.parameters(), self.replica_mesh)
         return total
 
     @torch.no_grad()

@@ -38,6 +38,10 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
     if not 0.0 <= cfg.model.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
     dims.check(cfg.parallel, shape, t.micro_batch_size)
+    if dims.tp_enabled and cfg.parallel.sequence_parallel and d.seq_len % dims.tp:
+        raise ConfigError(f"parallel.sequence_parallel splits each window along the sequence, but data.seq_len="
+                          f"{d.seq_len} is not divisible by parallel.tp={dims.tp}",
+                          f"use a data.seq_len that is a multiple of {dims.tp}, e.g. --data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}")
     return dims
 
 

@@ -48,6 +48,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
+        self.grad_norm = None  # of the whole model before clipping, the same on every rank
         resume = self._init_checkpoints()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
@@ -102,7 +103,7 @@ class Trainer:
         loss = self.engine.train_step(micro_batches)
         if self.cfg.train.grad_clip > 0:
             params = [p for part in self.engine.model_parts for p in part.parameters()]
-            clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
+            self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -165,7 +166,8 @@ class Trainer:
                 loss = self._sum_over_dp([local.item()])[0] / self.dp_size
                 rate = tokens_per_step / (time.perf_counter() - t0)
                 lr = self.scheduler.get_last_lr()[0]
-                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate)
+                norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
+                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate, **norm)
                 self.progress.step(self.step, loss, lr, rate)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 self._record_eval()

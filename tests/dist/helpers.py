@@ -32,3 +32,10 @@ def spawn(fn, world: int, *args) -> None:
 
     Any rank's exception fails the call (torch.multiprocessing re-raises it with its traceback)."""
     mp.spawn(_entry, args=(fn, world, free_port(), args), nprocs=world, join=True)
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    """{step: training loss} of a run, from its metrics.jsonl."""
+    from exatrain.train.records import read_metrics
+
+    return {m["step"]: m["loss"] for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"}

@@ -68,6 +68,8 @@ def test_degrees_that_cannot_work_fail_with_hint(world, degrees, needle):
          "--model.n_layers=4"], "leave ranks idle"),
     (2, ["--parallel.sequence_parallel=true"], "need tensor parallelism"),
     (2, ["--parallel.param_dtype=bf16"], "FSDP options"),
+    (2, ["--parallel.tp=2", "--parallel.dp_replicate=1", "--parallel.sequence_parallel=true", "--data.seq_len=33"],
+     "not divisible by parallel.tp=2"),
     (2, ["--parallel.activation_checkpoint=some"], "parallel.activation_checkpoint"),
     (4, ["--parallel.dp_shard=2", "--parallel.dp_replicate=2", "--train.global_batch_size=24",
          "--train.micro_batch_size=8"], "not divisible"),

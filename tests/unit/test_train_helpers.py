@@ -69,3 +69,11 @@ def test_preflight_accepts_defaults_for_common_world_sizes():
     cfg = load_config()
     for world in (1, 2):
         preflight(cfg, world)
+
+
+def test_weights_in_sync_compares_only_ranks_at_the_same_place():
+    from exatrain.train.trainer import replicas_agree
+
+    # (pp, dp_shard, tp, digest): shards at different places may differ, replicas of one place may not
+    assert replicas_agree([(0, 0, 0, "a"), (0, 1, 0, "b"), (0, 0, 0, "a"), (0, 1, 0, "b")])
+    assert not replicas_agree([(0, 0, 0, "a"), (0, 1, 0, "b"), (0, 0, 0, "a"), (0, 1, 0, "c")])
