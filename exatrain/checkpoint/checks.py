@@ -38,7 +38,12 @@ def checkpoint_model_shapes(path: Path, prefix: str = "app.model.") -> dict[str,
 
 def require_match(model: torch.nn.Module, found: dict[str, tuple], source: str) -> None:
     """Fail with the full list of differences when `source` does not fit the model."""
-    diff = mismatches(model_shapes(model), found)
+    require_shapes(model_shapes(model), found, source)
+
+
+def require_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str) -> None:
+    """Fail with the full list of differences when `source` does not hold exactly `expected`."""
+    diff = mismatches(expected, found)
     if diff:
         shown = "\n  ".join(diff[:20]) + (f"\n  ... and {len(diff) - 20} more" if len(diff) > 20 else "")
         raise ExatrainError(f"{source} does not match the model:\n  {shown}",

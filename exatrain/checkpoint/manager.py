@@ -11,10 +11,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from exatrain.checkpoint.checks import checkpoint_model_shapes, require_match
+from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, require_shapes
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import (clean_incomplete, commit, partial_dir, prune, resolve_resume, step_dir)
-from exatrain.dist import all_ranks, any_rank, barrier, is_root
+from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
@@ -97,7 +97,11 @@ class CheckpointManager:
 
     def load(self, path: Path, state: TrainingState) -> None:
         """Restore `state` from a committed checkpoint, after checking it fits the model."""
-        require_match(state.model, checkpoint_model_shapes(path), f"checkpoint {path}")
+        # a pipeline stage's model holds only its own layers: compare the union over all ranks
+        expected: dict[str, tuple] = {}
+        for shapes in all_gather_objects(model_shapes(state.model)):
+            expected.update(shapes)
+        require_shapes(expected, checkpoint_model_shapes(path), f"checkpoint {path}")
         try:
             dcp.load({"app": state}, checkpoint_id=str(path))
         except _FAILURES as e:

@@ -125,7 +125,13 @@ class ParallelDims:
                                   f"pick a tp degree that divides {n}, e.g. one of {_divisors(n, self.tp)}")
 
     def _check_pp(self, cfg: ParallelConfig, shape, micro_batch: int) -> None:
+        if cfg.pp_microbatches < 0:
+            raise ConfigError(f"parallel.pp_microbatches must be 0 (one per stage) or positive, got {cfg.pp_microbatches}",
+                              "use e.g. --parallel.pp_microbatches=0")
         if not self.pp_enabled:
+            if cfg.pp_stages_per_rank != 1 or cfg.pp_microbatches:
+                raise ConfigError("parallel.pp_stages_per_rank and parallel.pp_microbatches need pipeline parallelism "
+                                  "(pp > 1)", "set --parallel.pp=2 or more, or leave them at their defaults")
             return
         spr = cfg.pp_stages_per_rank
         interleaved = cfg.pp_schedule == "interleaved_1f1b"

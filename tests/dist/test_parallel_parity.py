@@ -20,12 +20,7 @@ single-process model here; its eval loss on the same windows must equal what the
 import pytest
 import torch
 
-from exatrain.config import load_config
-from exatrain.data import eval_batches
-from exatrain.models.transformer import build_model
-from exatrain.train.records import read_metrics
-from exatrain.train.run import prepare_data
-from tests.conftest import run_exatrain
+from tests.dist.cli_runs import assert_same_training, max_diff, train_run
 
 pytestmark = pytest.mark.dist
 
@@ -57,15 +52,7 @@ LAYOUTS = {  # name: (ranks, overrides)
 
 
 def _train(tmp, name, nproc, overrides):
-    run = tmp / name
-    r = run_exatrain(["train", f"--nproc={nproc}", f"--run.dir={run}", *COMMON, *overrides], cwd=tmp)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-    metrics = read_metrics(run / "metrics.jsonl")
-    return {"dir": run, "stdout": r.stdout,
-            "losses": [m["loss"] for m in metrics if m["kind"] == "train"],
-            "grad_norms": [m["grad_norm"] for m in metrics if m["kind"] == "train"],
-            "eval": [m["loss"] for m in metrics if m["kind"] == "eval"][-1],
-            "final": torch.load(run / "final.pt", weights_only=True)}
+    return train_run(tmp, name, nproc, [*COMMON, *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -79,52 +66,21 @@ def reference(tmp):
     return _train(tmp, "reference", 1, [])
 
 
-def _plain_eval_loss(run_dir, state) -> float:
-    """Eval loss of a plain single-process model loaded from `state`, on the windows the run evaluated."""
-    cfg = load_config(str(run_dir / "config.toml"))
-    corpus = prepare_data(cfg)
-    model = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len)
-    model.load_state_dict(state)
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for x, y in eval_batches(corpus.split(cfg.data.eval_split), cfg.data.seq_len, cfg.train.micro_batch_size,
-                                 max_total_batches=cfg.train.eval_batches):
-            total += model(x, y).item() * y.numel()
-            count += y.numel()
-    return total / count
-
-
-def _max_diff(a, b):
-    assert len(a) == len(b), (a, b)
-    return max(abs(x - y) for x, y in zip(a, b))
-
-
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_layout_matches_single_process(reference, tmp, name):
     nproc, overrides = LAYOUTS[name]
     run = _train(tmp, name, nproc, overrides)
     assert len(run["losses"]) == STEPS
-    assert _max_diff(run["losses"], reference["losses"]) <= LOSS_TOL, (run["losses"], reference["losses"])
-    # the norm clipped to is the full model's, however its gradients are sharded (and clipping is active)
-    assert min(reference["grad_norms"]) > 0.5
-    assert _max_diff(run["grad_norms"], reference["grad_norms"]) <= GRAD_NORM_TOL, (run["grad_norms"], reference["grad_norms"])
-    assert abs(run["eval"] - reference["eval"]) <= LOSS_TOL, (run["eval"], reference["eval"])
-    ref_w, w = reference["final"], run["final"]
-    assert w.keys() == ref_w.keys()
-    worst = max((w[k] - ref_w[k]).abs().max().item() for k in w)
+    # includes: final.pt (gathered across all dimensions) loads into a plain model with the run's eval loss;
+    # the gradient norm clipped to is the full model's, however its gradients are sharded
+    worst, _ = assert_same_training(run, reference, LOSS_TOL, GRAD_NORM_TOL)
     assert worst <= WEIGHT_TOL, f"max weight difference {worst}"
-    # the gathered full state dict is a plain model's: same eval loss as the run reported
-    plain = _plain_eval_loss(run["dir"], w)
-    assert abs(plain - run["eval"]) <= LOSS_TOL, (plain, run["eval"])
-    print(f"{name}: max loss diff {_max_diff(run['losses'], reference['losses']):.1e}, "
-          f"max weight diff {worst:.1e}, plain-model eval diff {abs(plain - run['eval']):.1e}")
-    assert "weights in sync" in run["stdout"] and "NO" not in run["stdout"].split("weights in sync")[-1]
+    print(f"{name}: max loss diff {max_diff(run['losses'], reference['losses']):.1e}, max weight diff {worst:.1e}")
 
 
 def test_bf16_parameters_within_bf16_tolerance(reference, tmp):
     run = _train(tmp, "fsdp_bf16", 2, [*ONE_D, "--parallel.dp_shard=2", "--parallel.param_dtype=bf16"])
-    diff = _max_diff(run["losses"], reference["losses"])
+    diff = max_diff(run["losses"], reference["losses"])
     assert 0 < diff <= BF16_TOL, (run["losses"], reference["losses"])
     print(f"fsdp bf16 parameters: max loss diff {diff:.1e}")
     assert all(v.dtype == torch.float32 for v in run["final"].values()), "parameters are kept in fp32"

@@ -31,6 +31,10 @@ CASES = {
     "master port out of range (flag)": (["train", "--dist.master_port=80"], {}, "master_port"),
     "master port out of range (variable)": (["train"], {"MASTER_PORT": "99999"}, "MASTER_PORT"),
     "unknown argument": (["train", "--train.steps", "5"], {}, "--train.steps"),
+    "more pipeline stages than blocks": (["train", "--nproc=4", "--parallel.pp=4", "--parallel.dp_replicate=1"], {},
+                                         "4 pipeline stages"),
+    "interleaved 1F1B with one stage per rank": (["train", "--nproc=2", "--parallel.pp=2", "--parallel.dp_replicate=1",
+                                                  "--parallel.pp_schedule=interleaved_1f1b"], {}, "pp_stages_per_rank"),
 }
 
 

@@ -66,6 +66,8 @@ def test_degrees_that_cannot_work_fail_with_hint(world, degrees, needle):
          "--parallel.pp_stages_per_rank=3", "--model.n_layers=4"], "6 pipeline stages"),
     (2, ["--parallel.pp=2", "--parallel.dp_replicate=1", "--parallel.pp_microbatches=1",
          "--model.n_layers=4"], "leave ranks idle"),
+    (2, ["--parallel.pp=2", "--parallel.dp_replicate=1", "--parallel.pp_microbatches=-2"], "must be 0"),
+    (2, ["--parallel.pp_stages_per_rank=2"], "need pipeline parallelism"),
     (2, ["--parallel.sequence_parallel=true"], "need tensor parallelism"),
     (2, ["--parallel.param_dtype=bf16"], "FSDP options"),
     (2, ["--parallel.tp=2", "--parallel.dp_replicate=1", "--parallel.sequence_parallel=true", "--data.seq_len=33"],

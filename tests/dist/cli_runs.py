@@ -1,0 +1,68 @@
+"""Training runs through the real CLI for parity tests, and a plain model's view of their results."""
+
+import torch
+
+from exatrain.config import load_config
+from exatrain.data import eval_batches
+from exatrain.models.transformer import build_model
+from exatrain.train.records import read_metrics
+from exatrain.train.run import prepare_data
+from tests.conftest import run_exatrain
+
+
+def train_run(tmp, name: str, nproc: int, args: list[str]) -> dict:
+    """`exatrain train --nproc=N --run.dir=tmp/name ARGS`; returns its directory, stdout, training losses
+    and gradient norms (in step order; norms with train.grad_clip > 0), last eval loss and final.pt."""
+    run = tmp / name
+    r = run_exatrain(["train", f"--nproc={nproc}", f"--run.dir={run}", *args], cwd=tmp)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    metrics = read_metrics(run / "metrics.jsonl")
+    return {"dir": run, "stdout": r.stdout,
+            "losses": [m["loss"] for m in metrics if m["kind"] == "train"],
+            "grad_norms": [m.get("grad_norm") for m in metrics if m["kind"] == "train"],
+            "eval": [m["loss"] for m in metrics if m["kind"] == "eval"][-1],
+            "final": torch.load(run / "final.pt", weights_only=True)}
+
+
+def plain_eval_loss(run_dir, state) -> float:
+    """Eval loss of a plain single-process model loaded from `state` (strictly: every parameter, unsharded,
+    under plain names), on the windows the run in `run_dir` evaluated."""
+    cfg = load_config(str(run_dir / "config.toml"))
+    corpus = prepare_data(cfg)
+    model = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, n_layers=cfg.model.n_layers)
+    model.load_state_dict(state)
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in eval_batches(corpus.split(cfg.data.eval_split), cfg.data.seq_len, cfg.train.micro_batch_size,
+                                 max_total_batches=cfg.train.eval_batches):
+            total += model(x, y).item() * y.numel()
+            count += y.numel()
+    return total / count
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    """Largest absolute difference of two equally long sequences."""
+    assert len(a) == len(b), (a, b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_tol: float) -> tuple[float, float]:
+    """Check a layout's run against the single-process reference: the same steps, losses and gradient
+    norms (clipping must be active at every step, so clipping with the full model's norm is exercised),
+    the same eval loss, a final.pt with the same entries whose plain-model eval loss is what the run
+    reported, replicas in sync. Returns the (max, mean) absolute weight difference, for the caller's
+    tolerance."""
+    assert max_diff(run["losses"], reference["losses"]) <= loss_tol, (run["losses"], reference["losses"])
+    clip = float(load_config(str(reference["dir"] / "config.toml")).train.grad_clip)
+    assert clip > 0 and min(reference["grad_norms"]) > clip, "clipping should be active at every step"
+    assert max_diff(run["grad_norms"], reference["grad_norms"]) <= grad_norm_tol, (run["grad_norms"], reference["grad_norms"])
+    assert abs(run["eval"] - reference["eval"]) <= loss_tol, (run["eval"], reference["eval"])
+    ref_w, w = reference["final"], run["final"]
+    assert w.keys() == ref_w.keys()
+    plain = plain_eval_loss(run["dir"], w)
+    assert abs(plain - run["eval"]) <= loss_tol, (plain, run["eval"])
+    assert "weights in sync" in run["stdout"] and "NO" not in run["stdout"].split("weights in sync")[-1]
+    worst = max((w[k] - ref_w[k]).abs().max().item() for k in w)
+    mean = sum((w[k] - ref_w[k]).abs().sum().item() for k in w) / sum(v.numel() for v in w.values())
+    return worst, mean
