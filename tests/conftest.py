@@ -10,13 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_exatrain(args, cwd, timeout=600, env=None):
-    """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables)."""
+def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
+    """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables),
+    optionally under a wrapper command such as `taskset -c 1`."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "MASTER_"))
             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
     base.update(env or {})
-    return subprocess.run([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=base,
+    return subprocess.run([*wrap, sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=base,
                           capture_output=True, text=True, timeout=timeout)
 
 

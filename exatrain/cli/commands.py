@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ def cmd_train(args, overrides: list[str]) -> int:
 
     from exatrain.env import detect_environment
 
+    if args.affinity:
+        overrides = [*overrides, f"--dist.affinity={args.affinity}"]
     cfg = load_config(args.config, overrides)
     env = detect_environment(None, **cfg.dist.env_options())
     if env.kind != "local":
@@ -51,6 +52,8 @@ def _default_nproc() -> int:
 
 def cmd_env(args, overrides: list[str]) -> int:
     """Print the detected environment as a table or JSON."""
+    import json
+
     from exatrain.env import detect_environment
     from exatrain.env.devices import describe_devices
 
@@ -95,6 +98,80 @@ def cmd_checkpoint(args, extra: list[str]) -> int:
     print(f"wrote {out}; load it with torch.load(path, weights_only=True) or --checkpoint.init_from={out}")
     return 0
 
+
+def _prepared(args, overrides: list[str]):
+    from exatrain.launch.submit import prepare
+    from exatrain.launch.sweep import parse_sweep
+
+    return prepare(load_config(args.config, overrides), parse_sweep(getattr(args, "array", None) or []))
+
+
+def cmd_sbatch(args, overrides: list[str]) -> int:
+    """Print the job script exactly as `submit` would write it (and say if its output directory is missing)."""
+    job = _prepared(args, overrides)
+    print(job.script, end="")
+    folder = Path(job.output_paths("0")[0]).parent
+    if not folder.is_dir():
+        print(f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
+              "submitting this script by hand, or use `exatrain submit`", file=sys.stderr)
+    return 0
+
+
+def cmd_cost(args, overrides: list[str]) -> int:
+    """Print the billing estimate of the [job] section and advice for wasteful requests."""
+    from exatrain.launch import JobSpec, estimate_cost, load_profile
+
+    job = load_config(args.config, overrides).job
+    cost = estimate_cost(JobSpec.from_config(job), load_profile(job.profile))
+    print(f"{cost.units:g} {cost.unit} on {cost.partition} (rule {cost.rule}, for the whole time limit; "
+          f"sites charge the time used)")
+    print(f"  {cost.explanation}")
+    for advice in cost.advice:
+        print(f"ADVICE: {advice}")
+    return 0
+
+
+def cmd_submit(args, overrides: list[str], runner=None) -> int:
+    """Submit (or --dry-run / --test-only) the job; prints job id, script, run dir and output files."""
+    from exatrain.launch.runner import SlurmRunner
+    from exatrain.launch.submit import check_schedulable, submit
+
+    job = _prepared(args, overrides)
+    runner = runner or SlurmRunner()
+    if args.dry_run:
+        print(job.script, end="")
+        print(f"# dry run: would write {job.script_path} and {job.config_path}, then run: "
+              f"sbatch --parsable {job.script_path}", file=sys.stderr)
+        return 0
+    if args.test_only:
+        print(f"SLURM would accept it: {check_schedulable(job, runner)}")
+        return 0
+    job_id = submit(job, runner)
+    out, err = job.output_paths(job_id)
+    tasks = (f" ({job.sweep.size} array tasks, run dirs {job.run_dir}/array-N; in output files %a = task "
+             "index, %j = task job id)") if job.sweep else ""
+    print(f"submitted job {job_id}{tasks}\n  script  {job.script_path}\n  config  {job.config_path}\n"
+          f"  run dir {job.run_dir}\n  stdout  {out}\n  stderr  {err}\n"
+          f"follow it with: exatrain status {job_id}")
+    return 0
+
+
+def cmd_status(args, extra: list[str], runner=None) -> int:
+    """Print a job's (or all your jobs') state."""
+    from exatrain.launch.runner import SlurmRunner
+    from exatrain.launch.submit import status
+
+    print(status(runner or SlurmRunner(), args.job_id))
+    return 0
+
+
+def cmd_cancel(args, extra: list[str], runner=None) -> int:
+    """Cancel a job."""
+    from exatrain.launch.runner import SlurmRunner
+    from exatrain.launch.submit import cancel
+
+    cancel(runner or SlurmRunner(), args.job_id)
+    print(f"cancelled job {args.job_id}")
 
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""

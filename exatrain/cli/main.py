@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="TOML configuration file")
     t.add_argument("--nproc", type=int, default=None,
                    help="local worker processes when started outside a launcher (default: GPUs on this node, else 2)")
+    t.add_argument("--affinity", choices=["warn", "strict", "off"],
+                   help="shorthand for --dist.affinity: check each rank's CPU affinity against the cores expected "
+                        "for it; strict fails the job on a mismatch")
     t.add_argument("--max-restarts", type=int, default=0,
                    help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure "
                         "(they resume from the latest checkpoint)")
@@ -58,7 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
                          help="write a checkpoint's model as one plain state dict file (loads with weights_only=True)")
     ex.add_argument("checkpoint", help="a RUN_DIR/checkpoints/step-N folder")
     ex.add_argument("output", help="file to write, e.g. model.pt")
+    _add_job_commands(sub)
     return p
+
+
+def _add_job_commands(sub) -> None:
+    """sbatch, cost, submit, status, cancel: SLURM jobs from the [job] section (torch-free paths)."""
+    job_help = "TOML configuration file with a [job] section (any --section.key=value overrides it)"
+    s = sub.add_parser("sbatch", allow_abbrev=False, help="print the sbatch script of a job (writes nothing)")
+    c = sub.add_parser("cost", allow_abbrev=False, help="estimate what a job costs under its site's billing rules")
+    m = sub.add_parser("submit", allow_abbrev=False,
+                       help="write the job script next to the run directory and submit it with sbatch")
+    for parser in (s, c, m):
+        parser.add_argument("config", nargs="?", help=job_help)
+    for parser in (s, m):
+        parser.add_argument("--array", action="append", metavar="KEY=V1,V2,...",
+                            help="sweep as a job array: task i trains with the i-th value (in RUN_DIR/array-i); "
+                                 "repeat to sweep several keys together")
+    mode = m.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the script and the sbatch command; submit nothing")
+    mode.add_argument("--test-only", action="store_true",
+                      help="ask SLURM (sbatch --test-only) whether and when it would start the job; queue nothing")
+    st = sub.add_parser("status", allow_abbrev=False, help="show a job's state (default: all your jobs)")
+    st.add_argument("job_id", nargs="?", help="job id printed by submit")
+    ca = sub.add_parser("cancel", allow_abbrev=False, help="cancel a job (scancel)")
+    ca.add_argument("job_id", help="job id printed by submit (array task: ID_INDEX)")
 
 
 def _overrides(extra: list[str]) -> list[str]:
@@ -74,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     try:
-        if args.command in ("train", "env", "config", "plan"):
+        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit"):
             extra = _overrides(extra)
         elif extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")

@@ -1,9 +1,12 @@
 """Typed configuration and its one loader (TOML file + `--section.key=value` overrides)."""
 
 from exatrain.config.load import load_config, parse_override, read_toml, reference, to_toml
-from exatrain.config.schema import CheckpointConfig, Config, DataConfig, DistConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig
+from exatrain.config.schema import (
+    CheckpointConfig, Config, DataConfig, DistConfig, JobConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig,
+)
 
 __all__ = [
-    "CheckpointConfig", "Config", "DataConfig", "DistConfig", "ModelConfig", "ParallelConfig", "RunConfig", "TrainConfig",
+    "CheckpointConfig", "Config", "DataConfig", "DistConfig", "JobConfig", "ModelConfig", "ParallelConfig", "RunConfig",
+    "TrainConfig",
     "load_config", "parse_override", "read_toml", "reference", "to_toml",
 ]

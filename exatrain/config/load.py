@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+_TYPE_NAMES = {"str | int": "str or int", "tuple[str, ...]": "list of str", "tuple[tuple[str, str], ...]": "table of str"}
 
 
 def sections() -> dict[str, type]:
@@ -33,7 +35,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     for text in overrides:
         section, key, value = parse_override(text)
         data.setdefault(section, {})[key] = value
-    return _build(data, source=path or "overrides")
+    return config_from_dict(data, source=path or "overrides")
 
 
 def read_toml(path: str) -> dict[str, Any]:
@@ -64,7 +66,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
-def _build(data: dict[str, Any], source: str) -> Config:
+def config_from_dict(data: dict[str, Any], source: str) -> Config:
+    """Check parsed TOML tables (section -> key -> value) and build the Config; missing keys keep defaults."""
     known = sections()
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -94,16 +97,45 @@ def _build_section(name: str, cls: type, values: dict[str, Any], source: str):
 
 
 def _coerce(key: str, type_name: str, value: Any) -> Any:
+    if type_name in _COMPOUND:
+        return _COMPOUND[type_name](key, value)
     expected = _TYPES[type_name]
     ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not ok:
-        raise ConfigError(
-            f"config key {key} must be {type_name}, got {value!r} ({type(value).__name__})",
-            f"set {key} to a {type_name} value, e.g. --{key}={_example(type_name)}",
-        )
+        raise _wrong_type(key, type_name, value, f"--{key}={_example(type_name)}")
     return value
+
+
+def _wrong_type(key: str, type_name: str, value: Any, example: str) -> ConfigError:
+    return ConfigError(f"config key {key} must be {type_name}, got {value!r} ({type(value).__name__})",
+                       f"write {key} as {type_name}, e.g. {example}")
+
+
+def _str_or_int(key: str, value: Any) -> str:
+    """Text, or a whole number kept as its text (job.time = 90 means 90 minutes)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _wrong_type(key, "str | int", value, f'--{key}="01:00:00" or --{key}=60')
+    return str(value)
+
+
+def _str_list(key: str, value: Any) -> tuple[str, ...]:
+    """A TOML array of strings, stored as a tuple (frozen configs hold no lists)."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise _wrong_type(key, "a list of strings", value, f'--{key}=\'["a", "b"]\'')
+    return tuple(value)
+
+
+def _str_table(key: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """A TOML table of strings, stored as sorted (name, value) pairs (deterministic, hashable)."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise _wrong_type(key, "a table of strings", value, f'[{key}] with NAME = "value" lines '
+                          f'(quote numbers too), or --{key}=\'{{NAME="value"}}\'')
+    return tuple(sorted((str(k), v) for k, v in value.items()))
+
+
+_COMPOUND = {"str | int": _str_or_int, "tuple[str, ...]": _str_list, "tuple[tuple[str, str], ...]": _str_table}
 
 
 def _example(type_name: str) -> str:
@@ -117,16 +149,22 @@ def to_toml(cfg: Config) -> str:
         lines.append(f"[{section.name}]")
         for f in dataclasses.fields(getattr(cfg, section.name)):
             value = getattr(getattr(cfg, section.name), f.name)
-            lines.append(f"{f.name} = {_toml_value(value)}")
+            lines.append(f"{f.name} = {_toml_value(value, f.type)}")
         lines.append("")
     return "\n".join(lines)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: Any, type_name: str = "") -> str:
+    if type_name == "tuple[tuple[str, str], ...]":
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value) + "}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = value.replace("\\", "\\\\").replace('"', '\\"')
+        # TOML basic strings hold no raw control characters: the value stays on one line
+        return '"' + re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", text) + '"'
     return repr(value)
 
 
@@ -138,6 +176,7 @@ def reference() -> str:
         out.append("| key | type | default | meaning |")
         out.append("|---|---|---|---|")
         for f in dataclasses.fields(cls):
-            out.append(f"| `{f.name}` | {f.type} | `{_toml_value(f.default)}` | {f.metadata['help']} |")
+            out.append(f"| `{f.name}` | {_TYPE_NAMES.get(f.type, f.type)} | `{_toml_value(f.default, f.type)}` | "
+                       f"{f.metadata['help']} |")
         out.append("")
     return "\n".join(out)

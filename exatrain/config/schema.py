@@ -77,6 +77,9 @@ class DistConfig:
     master_port: int = doc(0, "Rendezvous port; 0 = MASTER_PORT or a port derived from the SLURM job and step id.")
     master_suffix: str = doc("", "Appended to the master hostname (JSC: 'i' selects the InfiniBand address).")
     resolve_master: bool = doc(False, "Resolve the master hostname to an IP address before joining.")
+    affinity: str = doc("warn", "Compare each rank's CPU affinity with the cores expected for it (the profile's "
+                                "mask of its GPU or local rank, else its GPU's NUMA node): warn, strict (fail on a "
+                                "mismatch) or off.")
 
     def env_options(self) -> dict:
         """Keyword arguments of `exatrain.env.detect_environment` that this section sets."""
@@ -124,6 +127,39 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class JobConfig:
+    """SLURM job for `exatrain sbatch`, `cost` and `submit`: resources, site profile, container, launch mode."""
+
+    nodes: int = doc(1, "Nodes to allocate (>= 1).")
+    gpus_per_node: int = doc(0, "GPUs (ranks) per node; 0 = all of the profile's GPUs. CPU profile: ranks per node.")
+    cpus_per_task: int = doc(0, "CPU cores per rank (one rank per GPU); 0 = the profile's default. torchrun mode "
+                                "asks for this times the ranks per node for its one task per node.")
+    mem_per_gpu_gb: int = doc(0, "Memory per GPU in GB (--mem-per-gpu); 0 = the profile's default (may be none).")
+    time: str | int = doc("00:30:00", "Time limit: HH:MM:SS, D-HH:MM:SS or whole minutes (90).")
+    partition: str = doc("", "SLURM partition; empty = the profile's default partition.")
+    account: str = doc("", "Project/account to charge (LUMI: project_465000123); empty = none given.")
+    reservation: str = doc("", "SLURM reservation; empty = none.")
+    qos: str = doc("", "Quality of service; empty = none.")
+    name: str = doc("exatrain", "Job name (%x in output patterns).")
+    output: str = doc("%x-%j.out", "stdout file pattern (%x = job name, %j = job id, %a = array task); "
+                                   "relative to the run directory's parent.")
+    error: str = doc("", "stderr file pattern; empty = together with stdout.")
+    extra_sbatch: tuple[str, ...] = doc((), "Extra sbatch flags written verbatim as #SBATCH lines, e.g. [\"--exclusive\"].")
+    env: tuple[tuple[str, str], ...] = doc((), "Extra environment: a [job.env] table of NAME = \"value\"; wins over "
+                                               "the profile's presets.")
+    container_image: str = doc("", "Singularity/Apptainer image to run the ranks in; empty = no container.")
+    container_binds: tuple[str, ...] = doc((), "Extra --bind paths for the container (src[:dst[:opts]]).")
+    launch: str = doc("srun", "srun = one task per GPU started by srun; torchrun = one task per node running "
+                              "torchrun with c10d rendezvous on the first node.")
+    profile: str = doc("generic-nvidia", "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "
+                                         "generic-nvidia, generic-amd, cpu) or the path of a profile TOML file.")
+    command: tuple[str, ...] = doc(("exatrain", "train"), "What each rank runs; exatrain's trainer also gets the "
+                                                          "run directory and this configuration.")
+    signal: str = doc("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); empty = "
+                                  "none. Without B: it reaches the ranks, with B: only the batch shell.")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration: one section per concern."""
 
@@ -134,3 +170,4 @@ class Config:
     dist: DistConfig = field(default_factory=DistConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    job: JobConfig = field(default_factory=JobConfig)

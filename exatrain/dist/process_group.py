@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from exatrain.dist.join import roll_call
 from exatrain.env import ClusterEnvironment
 from exatrain.env.devices import pick_device_index, visibility_problem
+from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
 
 
@@ -76,7 +78,9 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
                      timeout_s: float = 300.0) -> DistContext:
     """Pick this rank's device and, for more than one rank, join the process group.
 
-    Joining is bounded by `timeout_s`; a timeout becomes an error naming the master address and port.
+    A master address that cannot work (loopback or this node's own name on a non-first node of a multi-node
+    job, or unresolvable) fails at once; joining is bounded by `timeout_s`, and a timeout becomes an error
+    naming the master address, port and the ranks that never checked in.
     """
     problem = visibility_problem(os.environ)
     if problem:
@@ -85,23 +89,19 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
     chosen = select_backend(dev, backend)
     if not env.is_distributed:
         return DistContext(env=env, device=dev, backend=None)
+    check_master(env)  # a master that cannot work fails now, not after timeout_s of waiting
     _export_rendezvous(env)
-    try:
-        dist.init_process_group(
-            backend=chosen,
-            init_method="env://",
-            rank=env.global_rank,
-            world_size=env.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-            device_id=dev if dev.type == "cuda" else None,
-        )
-    except (dist.DistStoreError, RuntimeError) as e:
-        raise ExatrainError(
-            f"rank {env.global_rank}/{env.world_size} could not join the process group at "
-            f"{env.main_address}:{env.main_port} within {timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})",
-            "check that every rank was started, that the master address resolves to the first node from all nodes "
-            "and the port is free; raise dist.timeout_s if nodes start slowly",
-        ) from None
+    store = roll_call(env, timeout_s)
+    dist.init_process_group(
+        backend=chosen,
+        # torchrun's agent hosts the store its workers share (env:// finds it); elsewhere rank 0's roll-call
+        # store is the group's store, so no second server is started on the same port.
+        **({"init_method": "env://"} if env.kind == "torchelastic" else {"store": store}),
+        rank=env.global_rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=dev if dev.type == "cuda" else None,
+    )
     return DistContext(env=env, device=dev, backend=chosen)
 
 

@@ -48,18 +48,21 @@ def pick_device_index(local_rank: int, local_world_size: int, visible_count: int
     )
 
 
-def visibility_problem(environ: Mapping[str, str]) -> str | None:
+def visibility_problem(environ: Mapping[str, str], root: str = "/") -> str | None:
     """Warn when HIP/CUDA_VISIBLE_DEVICES index past what ROCR_VISIBLE_DEVICES left; else None.
 
     The ROCm runtime applies ROCR_VISIBLE_DEVICES first and then HIP/CUDA_VISIBLE_DEVICES to the
     renumbered survivors, so ``HIP_VISIBLE_DEVICES=$SLURM_LOCALID`` on top of SLURM's per-task ROCR
-    binding leaves zero devices for every task but the first.
+    binding leaves zero devices for every task but the first. CUDA_VISIBLE_DEVICES counts only on nodes
+    with AMD GPUs (KFD under ``root``): SLURM's gres sets it next to ROCR_VISIBLE_DEVICES on every GPU
+    node, and NVIDIA's runtime ignores ROCR_VISIBLE_DEVICES.
     """
     seen = visibility(environ)
     rocr = seen["ROCR_VISIBLE_DEVICES"]
     if rocr is None:
         return None
-    for name in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+    amd = (Path(root) / "sys/class/kfd/kfd/topology/nodes").is_dir()
+    for name in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if amd else ("HIP_VISIBLE_DEVICES",):
         beyond = [i for i in seen[name] or [] if i.isdigit() and int(i) >= len(rocr)]
         if beyond:
             return (

@@ -56,7 +56,8 @@ class SiteProfile:
     default_mem_per_gpu_gb: int = _f("--mem-per-gpu in GB when the job spec says 0; 0 = no such line.")
     partition: str = _f("Default partition; empty = the site's default.")
     visibility: str = _f("srun mode binding: gpus-per-task (one GPU visible per rank) or gpus-per-node.")
-    cpu_masks: tuple[str, ...] = _f("Hex CPU mask of each local GPU, in GPU order; empty = SLURM's binding.")
+    cpu_masks: tuple[str, ...] = _f("Hex CPU mask of each local GPU, in GPU order (CPU nodes: of each local rank); "
+                                    "empty = SLURM's binding.")
     master_suffix: str = _f("Appended to the master host name (JSC: 'i' = InfiniBand address).")
     node_local_tmp: str = _f("Node-local directory for per-node caches.")
     container_runtime: str = _f("singularity or apptainer (command and *ENV_ prefix).")
@@ -76,10 +77,15 @@ def bundled_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
 
 
+def is_profile_path(name_or_path: str) -> bool:
+    """Whether a profile is given as a file path (``./site.toml``) rather than a bundled name."""
+    return name_or_path.endswith(".toml") or "/" in name_or_path
+
+
 def load_profile(name_or_path: str) -> SiteProfile:
     """Load a bundled profile by name (``lumi-g``) or a user's profile file by path (``./my-site.toml``)."""
     path = Path(name_or_path)
-    if name_or_path.endswith(".toml") or "/" in name_or_path:
+    if is_profile_path(name_or_path):
         if not path.is_file():
             raise ConfigError(f"site profile file {name_or_path!r} does not exist",
                               f"pass a bundled profile name ({', '.join(bundled_profiles())}) or an existing .toml file")
@@ -203,7 +209,7 @@ def _check_values(p: SiteProfile, source: str) -> None:
     if p.default_cpus_per_gpu < 1 or p.default_cpus_per_gpu * p.cpu_ranks_per_node > p.usable_cores and p.gpus_per_node:
         bad(f"default_cpus_per_gpu = {p.default_cpus_per_gpu} x {p.gpus_per_node} GPUs exceeds {p.usable_cores} usable cores",
             "use usable_cores // gpus_per_node or less")
-    if p.cpu_masks and len(p.cpu_masks) != p.gpus_per_node:
+    if p.cpu_masks and p.gpus_per_node and len(p.cpu_masks) != p.gpus_per_node:
         bad(f"cpu_masks has {len(p.cpu_masks)} entries for {p.gpus_per_node} GPUs",
             "give one hex mask per local GPU in GPU order, or none")
     for mask in p.cpu_masks:

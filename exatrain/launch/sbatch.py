@@ -8,10 +8,12 @@ control characters are rejected by JobSpec. Nothing here reads the environment o
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.requeue import EXIT_REQUEUE
 from exatrain.launch.spec import JobSpec
+from exatrain.launch.sweep import Sweep
 
 # The one table of spec fields that map 1:1 to sbatch flags (empty values are left out).
 SPEC_FLAGS = {
@@ -26,24 +28,33 @@ RDZV_PY = ("import sys; from exatrain.env.hostlist import expand_nodelist; from 
            "print(expand_nodelist(sys.argv[1], \"SLURM_JOB_NODELIST\")[0], derive_port(sys.argv[2]))")
 
 
-def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
-    """The whole script: header, environment, per-node preparation and the launch line."""
+def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str, config: tuple[str, str] | None = None,
+                  sweep: Sweep | None = None) -> str:
+    """The whole script: header, environment, per-node preparation and the launch line.
+
+    ``config`` = (file, TOML text): the script writes the text to the file and exatrain's trainer reads it
+    with ``--config``, so the script is all a job needs. With a ``sweep`` the script is a job array whose
+    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key.
+    """
     spec.check_against(profile)
+    rank_args = _Trainer(run_dir, config[0] if config else "", sweep)
     parts = [
         _shebang(spec, profile),
-        "\n".join(f"#SBATCH {flag}" for flag in sbatch_flags(spec, profile)),
+        "\n".join(f"#SBATCH {flag}" for flag in sbatch_flags(spec, profile, sweep)),
         "set -euo pipefail",
-        _run_dir(run_dir),
+        _run_dir(run_dir, sweep),
+        _config_file(config),
         _environment(spec, profile),
         _prepare_nodes(spec, profile),
-        _launch(spec, profile, run_dir),
+        _launch(spec, profile, rank_args),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def sbatch_flags(spec: JobSpec, profile: SiteProfile) -> list[str]:
+def sbatch_flags(spec: JobSpec, profile: SiteProfile, sweep: Sweep | None = None) -> list[str]:
     """All ``--flag=value`` strings of the header, sorted by flag name (deterministic, easy to diff)."""
     values = {flag: str(getattr(spec, key)) for key, flag in SPEC_FLAGS.items()}
+    values["--array"] = f"0-{sweep.size - 1}" if sweep else ""
     values["--partition"] = spec.partition or profile.partition
     values["--time"] = spec.slurm_time()
     values["--open-mode"] = "append"  # requeued runs append to, not truncate, their output
@@ -83,12 +94,32 @@ def _signal_note(spec: JobSpec) -> list[str]:
     return [f"# --signal={spec.signal}: sent to every rank (not the batch shell) before the time limit, to checkpoint."]
 
 
-def _run_dir(run_dir: str) -> str:
-    return "\n".join([
-        "# Run directory (quoted: the path is data, never shell code).",
-        f"RUN_DIR={shlex.quote(run_dir)}",
+def _run_dir(run_dir: str, sweep: Sweep | None) -> str:
+    lines = ["# Run directory (quoted: the path is data, never shell code).", f"RUN_DIR={shlex.quote(run_dir)}"]
+    if sweep:
+        lines.append("# Job array: task i trains in its own run directory with the i-th value of each swept key.")
+        lines.append('RUN_DIR="$RUN_DIR"/array-"$SLURM_ARRAY_TASK_ID"')
+        lines += [f"SWEEP_{i}=({' '.join(map(shlex.quote, values))})  # {key}"
+                  for i, (key, values) in enumerate(zip(sweep.keys, sweep.values))]
+    return "\n".join(lines + [
         'mkdir -p -- "$RUN_DIR"',
         'echo "exatrain job $SLURM_JOB_ID ($SLURM_JOB_NAME) on $SLURM_JOB_NODELIST, run dir $RUN_DIR"',
+    ])
+
+
+_CONFIG_END = "EXATRAIN_CONFIG_END"  # TOML lines are "key = value" or "[section]": never this bare word
+
+
+def _config_file(config: tuple[str, str] | None) -> str:
+    if not config:
+        return ""
+    path, text = config
+    return "\n".join([
+        "# The configuration the ranks train with (--config below), written by this script so that the script",
+        "# is all the job needs. A quoted here-document: nothing in it is expanded by the shell.",
+        f"cat > {shlex.quote(path)} <<'{_CONFIG_END}'",
+        text.rstrip("\n"),
+        _CONFIG_END,
     ])
 
 
@@ -154,18 +185,40 @@ def _prepare_nodes(spec: JobSpec, profile: SiteProfile) -> str:
     ])
 
 
-def _command(spec: JobSpec, profile: SiteProfile, run_dir: str) -> list[str]:
-    """The rank command; exatrain's own trainer also learns the run directory and the master suffix."""
+@dataclass(frozen=True)
+class _Trainer:
+    """What exatrain's own trainer is told on its command line."""
+
+    run_dir: str
+    config_file: str
+    sweep: Sweep | None
+
+
+def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
+    """The rank command as shell text; exatrain's own trainer also learns its config, run directory and
+    the master suffix (array tasks: their run directory and swept values, expanded by the batch shell)."""
     cmd = list(spec.command)
-    if tuple(cmd[:2]) == ("exatrain", "train"):
-        cmd.append(f"--run.dir={run_dir}")
-        if profile.master_suffix and spec.launch == "srun":
-            cmd.append(f"--dist.master_suffix={profile.master_suffix}")
-    return cmd
+    if not _is_exatrain_train(cmd):
+        return shlex.join(cmd)
+    if rank.config_file:
+        cmd.append(f"--config={rank.config_file}")
+    if not rank.sweep:
+        cmd.append(f"--run.dir={rank.run_dir}")
+    if profile.master_suffix and spec.launch == "srun":
+        cmd.append(f"--dist.master_suffix={profile.master_suffix}")
+    if not rank.sweep:
+        return shlex.join(cmd)
+    swept = [f'--{key}="${{SWEEP_{i}[$SLURM_ARRAY_TASK_ID]}}"' for i, key in enumerate(rank.sweep.keys)]
+    return " ".join([shlex.join(cmd), '--run.dir="$RUN_DIR"', *swept])
 
 
-def _launch(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
-    body = (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, run_dir)
+def _is_exatrain_train(cmd: list[str]) -> bool:
+    """``exatrain train`` or ``python -m exatrain.cli.main train`` (any python)."""
+    return cmd[:2] == ["exatrain", "train"] or (cmd[1:4] == ["-m", "exatrain.cli.main", "train"])
+
+
+def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
+    body = (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, rank)
     return "rc=0\n" + body + " || rc=$?\n\n" + _REQUEUE_TAIL.rstrip("\n")
 
 
@@ -176,7 +229,7 @@ exit "$rc"
 """
 
 
-def _launch_srun(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
+def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     srun = ["srun", f"--ntasks-per-node={spec.ranks_per_node(profile)}", '--cpus-per-task="$SLURM_CPUS_PER_TASK"']
     lines = [
         "# Launch: one task per GPU. exatrain derives rank, world size, master address (first host of the",
@@ -186,13 +239,13 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
     if profile.cpu_masks:
         lines.append("# --cpu-bind: local rank i gets the cores closest to GPU i (mask i of the profile).")
         srun.append(f"--cpu-bind=mask_cpu:{','.join(profile.cpu_masks)}")
-    words = [" ".join(srun)] + [shlex.join(_container(spec, profile, run_dir))] + [shlex.join(_command(spec, profile, run_dir))]
+    words = [" ".join(srun), shlex.join(_container(spec, profile, rank.run_dir)), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 
 
-def _launch_torchrun(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
+def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
-    container = shlex.join(_container(spec, profile, run_dir))
+    container = shlex.join(_container(spec, profile, rank.run_dir))
     py = (container + " " if container else "") + f"python3 -c {shlex.quote(RDZV_PY)}"
     is_host = 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"'
     torchrun = [
@@ -212,5 +265,5 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, run_dir: str) -> str:
         "# Per-GPU CPU masks cannot be applied by srun here (one task per node): use srun mode to bind them.",
     ]
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
-             f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), shlex.join(_command(spec, profile, run_dir))]
+             f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
+from exatrain.config.load import config_from_dict
+from exatrain.config.schema import JobConfig
 from exatrain.errors import ConfigError
 from exatrain.launch.profiles import SiteProfile
 
@@ -16,56 +18,22 @@ _SIGNAL = re.compile(r"(?:B:)?[A-Z][A-Z0-9]*@\d+")
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")  # newlines would end an #SBATCH line and start a shell line
 
 
-def _f(default: Any, help: str):
-    return field(default=default, metadata={"help": help})  # defaults are immutable (str, int, tuple)
-
-
 @dataclass(frozen=True)
-class JobSpec:
-    """One SLURM job of exatrain ranks (the ``[job]`` TOML section)."""
-
-    nodes: int = _f(1, "Nodes to allocate (>= 1).")
-    gpus_per_node: int = _f(0, "GPUs (ranks) per node; 0 = all of the profile's GPUs. CPU profile: ranks per node.")
-    cpus_per_task: int = _f(0, "CPU cores per rank (one rank per GPU); 0 = the profile's default. "
-                               "torchrun mode asks for this times the ranks per node for its one task per node.")
-    mem_per_gpu_gb: int = _f(0, "Memory per GPU in GB (--mem-per-gpu); 0 = the profile's default (may be none).")
-    time: str = _f("00:30:00", "Time limit: HH:MM:SS, D-HH:MM:SS or whole minutes (\"90\"; an integer in TOML).")
-    partition: str = _f("", "SLURM partition; empty = the profile's default partition.")
-    account: str = _f("", "Project/account to charge (LUMI: project_465000123); empty = none given.")
-    reservation: str = _f("", "SLURM reservation; empty = none.")
-    qos: str = _f("", "Quality of service; empty = none.")
-    name: str = _f("exatrain", "Job name (%x in output patterns).")
-    output: str = _f("%x-%j.out", "stdout file pattern (%x = job name, %j = job id).")
-    error: str = _f("", "stderr file pattern; empty = together with stdout.")
-    extra_sbatch: tuple[str, ...] = _f((), "Extra sbatch flags written verbatim as #SBATCH lines, e.g. \"--exclusive\".")
-    env: tuple[tuple[str, str], ...] = _f((), "Extra environment (a TOML table NAME = \"value\"; stored as sorted "
-                                              "(name, value) pairs); wins over the profile's presets.")
-    container_image: str = _f("", "Singularity/Apptainer image to run the ranks in; empty = no container.")
-    container_binds: tuple[str, ...] = _f((), "Extra --bind paths for the container (src[:dst[:opts]]).")
-    launch: str = _f("srun", "srun = one task per GPU started by srun; torchrun = one task per node running "
-                             "torchrun with c10d rendezvous on the first node.")
-    profile: str = _f("generic-nvidia", "Site profile name (bundled) or path of a profile TOML file.")
-    command: tuple[str, ...] = _f(("exatrain", "train"), "What each rank runs.")
-    signal: str = _f("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); "
-                                 "empty = none. Without B: it reaches the ranks, with B: only the batch shell.")
+class JobSpec(JobConfig):
+    """One SLURM job of exatrain ranks: the ``[job]`` config section, checked (fields are JobConfig's)."""
 
     def __post_init__(self) -> None:
         self._check()
 
     @classmethod
-    def keys(cls) -> list[str]:
-        """The valid keys of the [job] section."""
-        return [f.name for f in fields(cls)]
+    def from_config(cls, job: JobConfig) -> JobSpec:
+        """The checked spec of a loaded ``[job]`` section (raises ConfigError for values that cannot work)."""
+        return cls(**{f.name: getattr(job, f.name) for f in fields(JobConfig)})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "[job]") -> JobSpec:
-        """Build a spec from a parsed ``[job]`` table; unknown keys and wrong types raise ConfigError."""
-        unknown = sorted(set(data) - set(cls.keys()))
-        if unknown:
-            raise ConfigError(f"unknown job key(s) {', '.join(map(repr, unknown))} in {source}",
-                              "valid keys of [job]: " + ", ".join(cls.keys()))
-        values = {key: _coerce(f, data[f.name], source) for f in fields(cls) if (key := f.name) in data}
-        return cls(**values)
+        """Build a spec from a parsed ``[job]`` table, through the one config loader (same types and errors)."""
+        return cls.from_config(config_from_dict({"job": dict(data)}, source).job)
 
     def minutes(self) -> int:
         """The time limit in whole minutes (SLURM's resolution), rounded up."""
@@ -147,29 +115,4 @@ class JobSpec:
                 if isinstance(text, str) and _FORBIDDEN.search(text):
                     raise ConfigError(f"job.{f.name} contains a control character (newline, tab, ...): {text!r}",
                                       "remove it: a newline would end the #SBATCH line and start a new script line")
-
-
-def _coerce(f, value: Any, source: str) -> Any:
-    name, kind = f.name, f.type
-    def wrong(example: str) -> ConfigError:
-        return ConfigError(f"job.{name} in {source} must be {kind}, got {value!r} ({type(value).__name__})",
-                           f"write it as e.g. {name} = {example}")
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise wrong("2")
-        return value
-    if kind == "str":
-        if name == "time" and isinstance(value, int) and not isinstance(value, bool):
-            return str(value)  # whole minutes
-        if not isinstance(value, str):
-            raise wrong('"text"')
-        return value
-    if name == "env":
-        if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
-            raise ConfigError(f"job.env in {source} must be a table of strings, got {value!r}",
-                              'write [job.env] followed by NAME = "value" lines (quote numbers too)')
-        return tuple(sorted((str(k), v) for k, v in value.items()))
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise wrong('["a", "b"]')
-    return tuple(value)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from exatrain.config import Config
 from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
 
@@ -32,6 +33,7 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
     _choice("train.precision", t.precision, ("auto", "bf16", "fp32"))
     _choice("train.device", t.device, ("auto", "cuda", "cpu"))
     _choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
+    _choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
     _choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
     _choice("data.train_split", d.train_split, _SPLITS)
     _choice("data.eval_split", d.eval_split, _SPLITS)

@@ -8,6 +8,7 @@ from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
 from exatrain.dist import init_distributed, teardown
 from exatrain.env import detect_environment
+from exatrain.train.affinity import check_affinity
 from exatrain.train.preflight import preflight
 from exatrain.train.trainer import Trainer
 
@@ -35,6 +36,7 @@ def run_training(cfg: Config, environ=None) -> dict:
     ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
     try:
         dims.build_mesh(ctx.device.type)
+        check_affinity(ctx, cfg.job.profile, cfg.dist.affinity)
         corpus = prepare_data(cfg)
         return Trainer(cfg, ctx, corpus, dims).fit()
     finally:

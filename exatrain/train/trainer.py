@@ -16,6 +16,7 @@ from exatrain.checkpoint.preemption import PreemptionFlag
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.dist import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
+from exatrain.env.devices import describe_devices
 from exatrain.dist.grad_norm import clip_grad_norm_
 from exatrain.dist.parallel_dims import ParallelDims
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
@@ -214,6 +215,8 @@ class Trainer:
         env = self.ctx.env
         write_json(self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json", {
             **env.to_dict(), "device": str(self.ctx.device), "backend": self.ctx.backend,
+            # the GPU this rank's visibility variables select (what SLURM bound), also on CPU-only torch builds
+            "gpu": describe_devices(env.local_rank, env.local_world_size),
             "weights_sha256": digest,
         })
         summary = {

@@ -1,6 +1,7 @@
 """exatrain.dist on real gloo process groups started without torchrun (the srun/mpirun path)."""
 
 import json
+from pathlib import Path
 import time
 
 import pytest
@@ -56,6 +57,28 @@ def test_join_timeout_names_master_and_port():
         init_distributed(_mpi_env(0, 2, port), "cpu", timeout_s=3)
     assert time.monotonic() - t0 < 30
     assert f"127.0.0.1:{port}" in str(e.value) and "HINT:" in str(e.value)
+    assert "1 of 2 ranks never checked in: 1" in str(e.value)
+
+
+def _late_worker(rank, world, port, out):
+    """Ranks 0 and 1 come, ranks 2 and 3 of 4 never do: every rank that came names the missing ones."""
+    try:
+        init_distributed(_mpi_env(rank, world, port), "cpu", timeout_s=3)
+    except ExatrainError as e:
+        (Path(out) / f"err{rank}.txt").write_text(str(e))
+
+
+def test_join_timeout_names_missing_ranks_on_every_rank(tmp_path):
+    mp.spawn(_late_worker, args=(4, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in (0, 1):
+        text = (tmp_path / f"err{rank}.txt").read_text()
+        assert f"rank {rank}/4 could not join" in text and "2 of 4 ranks never checked in: 2-3" in text, text
+
+
+def test_unreachable_master_is_named():
+    port = _free_port()  # nobody listens: rank 1's store client cannot connect
+    with pytest.raises(ExatrainError, match=f"rank 1/2 could not reach the master at 127.0.0.1:{port} within 2 s"):
+        init_distributed(_mpi_env(1, 2, port), "cpu", timeout_s=2)
 
 
 class _FakeCuda:

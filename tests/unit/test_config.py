@@ -72,3 +72,37 @@ def test_readme_reference_matches_the_code():
     start = text.index("<!-- config-reference:start -->\n") + len("<!-- config-reference:start -->\n")
     end = text.index("<!-- config-reference:end -->")
     assert text[start:end].strip() == reference().strip(), "regenerate with: .venv/bin/python scripts/update_readme_reference.py"
+
+
+def test_job_section_from_file_and_overrides(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('[job]\nnodes = 2\ntime = 90\nextra_sbatch = ["--exclusive"]\n[job.env]\nB = "2"\nA = "x y"\n')
+    cfg = load_config(str(f), ["--job.nodes=4", '--job.command=["python", "train.py"]', "--job.launch=torchrun"])
+    job = cfg.job
+    assert (job.nodes, job.time, job.launch) == (4, "90", "torchrun")
+    assert job.env == (("A", "x y"), ("B", "2")) and job.extra_sbatch == ("--exclusive",)
+    assert job.command == ("python", "train.py")
+    f2 = tmp_path / "again.toml"
+    f2.write_text(to_toml(cfg))
+    assert load_config(str(f2)) == cfg
+    assert load_config(None, ['--job.env={NCCL_DEBUG="INFO"}']).job.env == (("NCCL_DEBUG", "INFO"),)
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("--job.nodes=two", "job.nodes must be int"), ("--job.env={A=1}", "job.env must be a table of strings"),
+    ("--job.extra_sbatch=--exclusive", "job.extra_sbatch must be a list of strings"),
+    ("--job.time=true", "job.time must be str | int"), ("--job.gpus=2", "unknown config key job.gpus"),
+])
+def test_job_section_type_errors(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace("|", r"\|")) as e:
+        load_config(None, [override])
+    assert e.value.hint
+
+
+def test_job_section_maps_to_the_checked_spec():
+    from exatrain.launch import JobSpec
+
+    spec = JobSpec.from_config(load_config(None, ["--job.time=45", "--job.nodes=3"]).job)
+    assert spec.slurm_time() == "00:45:00" and spec.nodes == 3
+    with pytest.raises(ConfigError, match="not a launch mode"):
+        JobSpec.from_config(load_config(None, ["--job.launch=mpirun"]).job)

@@ -69,11 +69,18 @@ def test_no_visibility_problem(environ):
         ({"ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "0"}, "HIP_VISIBLE_DEVICES"),
     ],
 )
-def test_visibility_problem(environ, name):
-    message = visibility_problem(environ)
+def test_visibility_problem(environ, name, tmp_path):
+    (tmp_path / "sys/class/kfd/kfd/topology/nodes").mkdir(parents=True)  # a fake AMD node (none here)
+    message = visibility_problem(environ, str(tmp_path))
     assert message is not None
     assert name in message and "ROCR_VISIBLE_DEVICES" in message
     assert "\nHINT: " in message
+
+
+def test_slurm_gres_binding_on_nvidia_nodes_is_fine(tmp_path):
+    """--gpus-per-task=1, local task 1: SLURM sets CUDA=ROCR=1; CUDA ignores ROCR_VISIBLE_DEVICES."""
+    assert visibility_problem({"CUDA_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path)) is None
+    assert visibility_problem({"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path)) is not None
 
 
 def test_count_node_gpus_empty_tree(tmp_path):

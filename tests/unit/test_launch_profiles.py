@@ -72,7 +72,7 @@ def test_bad_mask_count(tmp_path):
 def test_spec_from_dict_and_errors():
     spec = JobSpec.from_dict({"nodes": 2, "time": 90, "env": {"B": "2", "A": "1"}, "command": ["python", "x.py"]})
     assert spec.slurm_time() == "01:30:00" and spec.env == (("A", "1"), ("B", "2"))
-    with pytest.raises(ConfigError, match="unknown job key") as exc:
+    with pytest.raises(ConfigError, match="unknown config key job.node") as exc:
         JobSpec.from_dict({"node": 2})
     assert "nodes" in exc.value.hint
     with pytest.raises(ConfigError, match="must be int"):
@@ -91,7 +91,22 @@ def test_spec_value_errors(kwargs, match):
 
 def test_launch_never_imports_torch():
     code = ("import sys, exatrain.launch, exatrain.launch.spec, exatrain.launch.profiles, exatrain.launch.sbatch, "
-            "exatrain.launch.billing, exatrain.launch.local; "
+            "exatrain.launch.billing, exatrain.launch.local, exatrain.launch.runner, exatrain.launch.submit, "
+            "exatrain.launch.sweep, exatrain.env.affinity, exatrain.env.master_check; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["sbatch", "--job.profile=lumi-g"], ["cost", "--job.profile=cpu"],
+                                  ["submit", "--dry-run", "--job.profile=cpu", "--run.dir=/tmp/x"]])
+def test_cli_job_paths_never_import_torch(argv):
+    """What a login node runs stays instant: no torch on these paths (timings: benchmarks/cli_startup.py)."""
+    code = ("import runpy, sys; sys.argv = ['exatrain', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('exatrain.cli.main', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]\n"
+            "print(bad, file=sys.stderr); sys.exit(bool(bad))")
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                            cwd=Path(__file__).parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
