@@ -43,8 +43,11 @@ class RankShards:
 @contextlib.contextmanager
 def fake_group(rank: int, world_size: int):
     """Join a fake process group as `rank` of `world_size` for the duration of the block."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
-
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+    except ImportError as e:
+        raise ExatrainError(f"this torch build lacks the fake process group exatrain plan needs ({e})",
+                            f"use a PyTorch wheel that ships torch.testing._internal (here: {torch.__version__})") from None
     if dist.is_initialized():
         raise ExatrainError("exatrain plan needs a process without a process group, but one is already initialized",
                             "run `exatrain plan` on its own, not inside a training job")
