@@ -173,4 +173,21 @@ def cmd_cancel(args, extra: list[str], runner=None) -> int:
 
     cancel(runner or SlurmRunner(), args.job_id)
     print(f"cancelled job {args.job_id}")
+
+def cmd_plan(args, overrides: list[str]) -> int:
+    """Validate the layout for --world-size ranks in this process and print memory per GPU."""
+    from exatrain.train.plan import make_plan
+    from exatrain.train.plan.report import print_plan, to_json
+
+    cfg = load_config(args.config, overrides)
+    gpu_gb = args.gpu_memory_gb
+    if args.site:
+        from exatrain.launch import load_profile
+
+        gpu_gb = load_profile(args.site).gpu_memory_gb or None
+    plan = make_plan(cfg, args.world_size, gpu_gb, args.vocab_size)
+    if args.json:
+        print(to_json(plan))
+    else:
+        print_plan(plan)
     return 0

@@ -44,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", required=True, help="directory to write the dataset to (then set data.path to it)")
     pr.add_argument("--url", help="download from this URL instead of the default mirrors")
     pr.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt")
+    pl = sub.add_parser("plan", allow_abbrev=False,
+                        help="check a parallel layout for N ranks in one process and estimate memory per GPU",
+                        epilog="Any --section.key=value sets a config value, e.g. --parallel.tp=8 --model.size=xl.")
+    pl.add_argument("--config", help="TOML configuration file")
+    pl.add_argument("--world-size", type=int, required=True, help="ranks (GPUs) of the job, up to 16384")
+    gpu = pl.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu-memory-gb", type=float, help="memory of one GPU in GiB for the verdict")
+    gpu.add_argument("--site", help="site profile (name or .toml path) whose gpu_memory_gb to use")
+    pl.add_argument("--vocab-size", type=int, help="vocabulary size (default: the configured data's)")
+    pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
     k = sub.add_parser("checkpoint", allow_abbrev=False, help="work with checkpoints")
     ksub = k.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")
     ex = ksub.add_parser("export", allow_abbrev=False,
@@ -90,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     try:
-        if args.command in ("train", "env", "config", "sbatch", "cost", "submit"):
+        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit"):
             extra = _overrides(extra)
         elif extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")

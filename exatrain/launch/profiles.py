@@ -64,6 +64,7 @@ class SiteProfile:
     comm_env: tuple[tuple[str, str], ...] = _f("Communication presets exported in every job, sorted by name.")
     caches: tuple[tuple[str, str], ...] = _f("Cache variable -> sub-directory of the node-local cache dir.")
     billing: tuple[BillingRule, ...] = _f("Billing rules, tried in order (see exatrain.launch.billing).")
+    gpu_memory_gb: float = _f("Memory of one GPU in GiB (LUMI: one MI250X GCD); 0 = unknown. Used by `exatrain plan`.", 0.0)
 
     @property
     def cpu_ranks_per_node(self) -> int:
@@ -113,6 +114,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: billing must be a list of [[billing]] tables",
                           "add at least one [[billing]] table, e.g. rule = \"gpu-hours\" with units_per_gpu_hour = 1.0")
+    values["gpu_memory_gb"] = _typed(data, "gpu_memory_gb", float, source, 0.0)
     values["billing"] = tuple(_rule(r, f"{source} [[billing]] #{i + 1}") for i, r in enumerate(rules))
     profile = SiteProfile(**values)
     _check_values(profile, source)

@@ -1,0 +1,8 @@
+"""`exatrain plan`: validate a parallel layout for a world size in one process and estimate memory per GPU.
+
+Imports torch (lazily through `make_plan`'s modules); the CLI imports it only when the subcommand runs.
+"""
+
+from exatrain.train.plan.planner import Plan, RankPlan, make_plan
+
+__all__ = ["Plan", "RankPlan", "make_plan"]

@@ -1,0 +1,122 @@
+"""Memory arithmetic of `exatrain plan` (torch-free): optimizer state, activation estimate, verdict.
+
+Parameter and gradient shard sizes are MEASURED from the layout (see exatrain.train.plan.layout); this module
+only adds what a layout cannot show: AdamW state per parameter element, transient buffers, and an
+activation ESTIMATE from a per-block formula.
+
+Activation formula (elements saved for backward per block, in units of B*T*D, B = samples per
+(pipeline) microbatch, T = sequence length, D = model width), read off the reference block in
+models/transformer.py with flash/memory-efficient attention (no T x T score matrix is kept):
+
+    residual stream into the two RMSNorms                  2        (/ tp with sequence parallel)
+    norm outputs saved by wq/wk/wv and w1                  2        (whole under TP: the all-gathered input)
+    q, k, v and the attention output (SDPA)                4  \
+    wo's input (heads re-merged)                           1   |    (/ tp: heads and MLP width are sharded)
+    w1's output (GELU input) and GELU's output (w2 input)  8  /
+                                                          --
+                                                          17 B*T*D per block without TP
+
+Activation checkpointing keeps only each checkpointed block's input (1 B*T*D) plus one block's full set
+while it is recomputed in backward. Head (last stage): final norm input and output (2 B*T*D) and the logits
+B*T*V three times (logits in compute dtype, fp32 log-probs, their fp32 gradient), / tp with loss_parallel.
+Dropout masks (1 byte per element) are added per block when dropout > 0. It is an estimate: allocator
+slack, the CUDA context and temporary buffers of kernels are not in it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from exatrain.models import ModelShape
+
+ADAMW_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32 each, per parameter element (plus a scalar step per tensor)
+STEP_BYTES = 4  # AdamW's `step` is one fp32 scalar tensor per parameter tensor
+FULL_BLOCK = 17  # B*T*D elements saved by one block without TP (see the module docstring)
+GIB = 1024 ** 3
+TIGHT_FRACTION = 0.9  # above this share of the GPU the verdict says "tight": allocator slack and context eat the rest
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    """What the activation estimate of one rank depends on."""
+
+    shape: ModelShape
+    vocab: int
+    seq_len: int
+    batch: int  # samples per pipeline microbatch (= micro batch without PP)
+    elem_bytes: int  # 2 when computing in bf16, 4 in fp32
+    tp: int = 1
+    sequence_parallel: bool = False
+    loss_parallel: bool = False
+    ac: str = "none"  # none, full, every
+    ac_every: int = 2
+    dropout: bool = False
+
+
+def block_activation_bytes(s: ActivationSpec) -> float:
+    """Bytes one block keeps for backward for one microbatch (no checkpointing)."""
+    btd = s.batch * s.seq_len * s.shape.dim
+    sp = s.tp if s.sequence_parallel else 1
+    elements = btd * (2 / sp + 2 + (FULL_BLOCK - 4) / s.tp)
+    masks = 2 * btd / sp if s.dropout else 0  # attention-output and MLP-output dropout masks (bool)
+    return elements * s.elem_bytes + masks
+
+
+def checkpointed_blocks(n_blocks: int, s: ActivationSpec) -> int:
+    """How many of a stage's blocks run under activation checkpointing (every k-th from the first)."""
+    if s.ac == "full":
+        return n_blocks
+    if s.ac == "every":
+        return math.ceil(n_blocks / s.ac_every)
+    return 0
+
+
+def stage_activation_bytes(n_blocks: int, first: bool, last: bool, s: ActivationSpec) -> float:
+    """Bytes kept for backward by one pipeline stage (or the whole model) for one microbatch."""
+    btd = s.batch * s.seq_len * s.shape.dim
+    sp = s.tp if s.sequence_parallel else 1
+    full = block_activation_bytes(s)
+    n_ckpt = checkpointed_blocks(n_blocks, s)
+    blocks = (n_blocks - n_ckpt) * full + n_ckpt * btd * s.elem_bytes / sp
+    if n_ckpt:
+        blocks += full  # one checkpointed block is recomputed (whole) at a time during backward
+    embed = btd * s.elem_bytes / sp if first else 0  # token + position embedding sum entering block 0
+    head = 0.0
+    if last:
+        vocab_split = s.tp if s.loss_parallel else 1
+        logits = s.batch * s.seq_len * s.vocab / vocab_split
+        head = 2 * btd * s.elem_bytes / sp + logits * (s.elem_bytes + 4 + 4)
+    return blocks + embed + head
+
+
+def microbatches_in_flight(schedule: str, pp: int, pp_rank: int, microbatches: int, chunks: int) -> int:
+    """Microbatches whose activations one pipeline rank holds at its peak (per model chunk it owns).
+
+    No PP: 1. GPipe: all of them. 1F1B: rank p holds pp - p. Interleaved 1F1B (Megatron's warm-up count):
+    2 (pp - p - 1) + (chunks - 1) pp + 1 chunk-microbatches, at most all of them.
+    """
+    if pp == 1:
+        return 1
+    if schedule == "gpipe":
+        return microbatches * chunks
+    if schedule == "interleaved_1f1b":
+        return min(microbatches * chunks, 2 * (pp - pp_rank - 1) + (chunks - 1) * pp + 1)
+    return min(microbatches, pp - pp_rank)
+
+
+def optimizer_bytes(param_elements: int, param_tensors: int) -> int:
+    """AdamW state of a rank's parameter shards: two fp32 moments per element and one step per tensor."""
+    return param_elements * ADAMW_STATE_BYTES + param_tensors * STEP_BYTES
+
+
+def verdict(total_bytes: float, gpu_gb: float | None) -> str:
+    """'fits', 'tight' (above 90 % of the GPU) or 'does not fit'; 'unknown' without a GPU size."""
+    if not gpu_gb:
+        return "unknown (no GPU memory size: pass --gpu-memory-gb, or --site with a profile that sets gpu_memory_gb)"
+    share = total_bytes / (gpu_gb * GIB)
+    if share > 1:
+        return f"does not fit ({share:.0%} of {gpu_gb:g} GiB)"
+    if share > TIGHT_FRACTION:
+        return f"tight ({share:.0%} of {gpu_gb:g} GiB)"
+    return f"fits ({share:.0%} of {gpu_gb:g} GiB)"

@@ -1,0 +1,175 @@
+"""`exatrain plan`: check a layout for a world size in one process and estimate memory per GPU.
+
+Per representative rank (rank 0 of each pipeline rank's group) the plan reports the MEASURED local shard
+bytes of the parameters (from the DTensors of the real layout, built on the meta device under a fake
+process group; see exatrain.train.plan.layout), gradients and AdamW state derived from them, transient buffers
+of FSDP/DDP, and an activation ESTIMATE per microbatch (formula in exatrain.train.plan.memory), with a verdict
+against a GPU memory size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from exatrain.config import Config
+from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.errors import ConfigError
+from exatrain.models import model_shape
+from exatrain.train.plan import memory
+from exatrain.train.plan.layout import RankShards, measure_rank, representative_ranks
+from exatrain.train.preflight import preflight
+
+MAX_WORLD_SIZE = 16384  # the largest layout the plan is tested on (tests/unit/test_plan.py)
+KNOWN_VOCAB = {"synthetic": 512, "wikitext": 33278}  # WikiText-2's word vocabulary incl. <eos> / <unk>
+ASSUMED_VOCAB = 32000
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """Memory of one representative rank, in bytes."""
+
+    rank: int
+    pp_rank: int
+    stages: tuple[int, ...]
+    blocks: tuple[int, ...]
+    params: int
+    grads: int
+    optimizer: int
+    transient: int  # FSDP gathered units / DDP gradient buckets
+    activation_per_microbatch: int
+    microbatches_in_flight: int
+    activations: int
+    total: int
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The checked layout and its per-rank memory."""
+
+    world_size: int
+    layout: str
+    degrees: dict
+    vocab_size: int
+    batch_per_microbatch: int
+    seq_len: int
+    gpu_memory_gb: float | None
+    ranks: list[RankPlan]
+    assumptions: list[str]
+    elapsed_s: float
+
+    @property
+    def peak(self) -> RankPlan:
+        return max(self.ranks, key=lambda r: r.total)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "peak_total": self.peak.total, "verdict": self.peak.verdict}
+
+
+def default_vocab(cfg: Config) -> tuple[int, bool]:
+    """The vocabulary size the configured data would give, and whether it is only an assumption."""
+    if cfg.data.kind in KNOWN_VOCAB:
+        return KNOWN_VOCAB[cfg.data.kind], False
+    if cfg.data.max_vocab:
+        return cfg.data.max_vocab + 2, False  # + <eos> and <unk>
+    return ASSUMED_VOCAB, True
+
+
+def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
+              vocab_size: int | None = None) -> Plan:
+    """Validate the layout of `cfg` for `world_size` ranks (ConfigError with a HINT when it cannot work)
+    and measure/estimate the memory of each representative rank."""
+    t0 = time.perf_counter()
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ConfigError(f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {world_size}",
+                          "pass the number of ranks (GPUs) of the job, e.g. --world-size 1024")
+    if vocab_size is not None and vocab_size < 2:
+        raise ConfigError(f"--vocab-size must be at least 2, got {vocab_size}",
+                          "pass the tokenizer's vocabulary size, e.g. --vocab-size 32000")
+    dims = preflight(cfg, world_size)
+    assumed = vocab_size is None and default_vocab(cfg)[1]
+    vocab = vocab_size or default_vocab(cfg)[0]
+    shards = [measure_rank(cfg, world_size, r, vocab) for r in representative_ranks(dims)]
+    spec = activation_spec(cfg, dims, vocab)
+    ranks = [rank_plan(s, cfg, dims, spec, gpu_memory_gb) for s in shards]
+    notes = assumptions(cfg, dims, spec)
+    if assumed:
+        notes.insert(0, f"vocabulary of {vocab} assumed for data.kind={cfg.data.kind} (pass --vocab-size)")
+    return Plan(world_size=world_size, layout=dims.describe(), degrees=dims.degrees(), vocab_size=vocab,
+                batch_per_microbatch=spec.batch, seq_len=spec.seq_len, gpu_memory_gb=gpu_memory_gb, ranks=ranks,
+                assumptions=notes, elapsed_s=time.perf_counter() - t0)
+
+
+def compute_bytes(cfg: Config) -> int:
+    """Element size of activations: bf16 unless the run asks for fp32 everywhere (auto = bf16 on GPUs)."""
+    return 4 if cfg.train.precision == "fp32" and cfg.parallel.param_dtype == "fp32" else 2
+
+
+def activation_spec(cfg: Config, dims: ParallelDims, vocab: int) -> memory.ActivationSpec:
+    p = cfg.parallel
+    micro = dims.microbatches(p) if dims.pp_enabled else 1
+    return memory.ActivationSpec(
+        shape=model_shape(cfg.model.size, cfg.model.n_layers), vocab=vocab, seq_len=cfg.data.seq_len,
+        batch=cfg.train.micro_batch_size // micro, elem_bytes=compute_bytes(cfg), tp=dims.tp,
+        sequence_parallel=p.sequence_parallel, loss_parallel=p.loss_parallel, ac=p.activation_checkpoint,
+        ac_every=p.activation_checkpoint_every, dropout=cfg.model.dropout > 0)
+
+
+def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec,
+              gpu_gb: float | None) -> RankPlan:
+    """Add gradients, optimizer state, transient buffers and activations to one rank's measured shards."""
+    grads = s.param_bytes if s.grad_bytes is None else s.grad_bytes
+    optim = memory.optimizer_bytes(s.param_elements, s.param_tensors)
+    per_micro = max(memory.stage_activation_bytes(b, s.first and i == 0, s.last and i == len(s.blocks) - 1, spec)
+                    for i, b in enumerate(s.blocks))
+    chunks = len(s.stages)
+    in_flight = memory.microbatches_in_flight(cfg.parallel.pp_schedule, dims.pp, s.pp_rank,
+                                              dims.microbatches(cfg.parallel), chunks)
+    acts = per_micro * in_flight
+    transient = transient_bytes(s, cfg, dims, grads)
+    state = 0 if cfg.parallel.cpu_offload else s.param_bytes + grads + optim  # offloaded: in host memory
+    total = state + transient + acts
+    return RankPlan(rank=s.rank, pp_rank=s.pp_rank, stages=s.stages, blocks=s.blocks, params=s.param_bytes,
+                    grads=grads, optimizer=optim, transient=transient,
+                    activation_per_microbatch=int(per_micro), microbatches_in_flight=in_flight,
+                    activations=int(acts), total=int(total), verdict=memory.verdict(total, gpu_gb))
+
+
+def transient_bytes(s: RankShards, cfg: Config, dims: ParallelDims, grads: int) -> int:
+    """Buffers that live next to the shards during a step.
+
+    FSDP: a unit's all-gathered parameters (param_dtype) for the running unit and the prefetched next one,
+    plus its unsharded gradient and the fp32 reduce-scatter input; without resharding after forward every
+    unit stays gathered until backward. DDP: its gradient buckets, a second copy of the gradients.
+    """
+    if dims.fsdp:
+        ratio = (2 if cfg.parallel.param_dtype == "bf16" else 4) / 4  # units were measured in fp32 storage
+        largest, everything = s.largest_unit_bytes * ratio, s.all_units_bytes * ratio
+        gathered = 2 * largest if cfg.parallel.fsdp_reshard_after_forward else everything
+        return int(gathered + largest + s.largest_unit_bytes)  # + unsharded grad (param_dtype) + fp32 reduce input
+    return grads if dims.ddp else 0
+
+
+def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) -> list[str]:
+    """What the numbers assume, printed under the table."""
+    notes = [
+        "parameters: measured local shards (fp32 storage) of the layout built on the meta device, fake process group",
+        "gradients: measured by a backward on the meta device; under FSDP (which cannot run there) the "
+        "parameters' shards and dtype, where its reduce-scatter puts them (its bf16 copies are transient)",
+        "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
+        "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in param_dtype, "
+        "its unsharded gradient and fp32 reduce input; DDP: its buckets, one more copy of the gradients",
+        f"activations: ESTIMATE, {memory.FULL_BLOCK} x B*T*D per block (flash attention), "
+        f"{'bf16' if spec.elem_bytes == 2 else 'fp32'}, B = {spec.batch} samples per microbatch, T = {spec.seq_len}; "
+        f"checkpointing: {cfg.parallel.activation_checkpoint}",
+        "not included: CUDA context (~0.5-1 GiB), allocator fragmentation, NCCL buffers; "
+        f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",
+    ]
+    if cfg.parallel.cpu_offload:
+        notes.append("cpu_offload: parameters, gradients and optimizer state live in host memory "
+                     "(not in the GPU total)")
+    if dims.pp_enabled:
+        notes.append(f"pipeline: {cfg.parallel.pp_schedule}, {dims.microbatches(cfg.parallel)} microbatches; "
+                     "activations x microbatches in flight on each pipeline rank")
+    return notes

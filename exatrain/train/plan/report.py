@@ -1,0 +1,45 @@
+"""Render a Plan: a rich table on a terminal (rich prints plain lines when stdout is not a tty), or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from exatrain.train.plan.planner import Plan
+
+ROWS = (  # (label, RankPlan attribute)
+    ("parameters", "params"), ("gradients", "grads"), ("optimizer (AdamW)", "optimizer"),
+    ("FSDP/DDP buffers", "transient"), ("activations / microbatch", "activation_per_microbatch"),
+    ("activations (in flight)", "activations"), ("total per GPU", "total"),
+)
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB (MiB below 1 GiB), e.g. '3.21 GiB'."""
+    return f"{n / 1024 ** 3:.2f} GiB" if n >= 1024 ** 3 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def to_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), indent=2)
+
+
+def print_plan(plan: Plan) -> None:
+    """The layout, a column per representative rank, the verdict and the assumptions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"layout: {plan.layout}, world size {plan.world_size:,}; vocabulary {plan.vocab_size:,}, "
+                  f"{plan.batch_per_microbatch} x {plan.seq_len} tokens per microbatch "
+                  f"(checked in {plan.elapsed_s:.1f} s)")
+    table = Table(title="memory per GPU (rank 0 of each pipeline rank's group)")
+    table.add_column("")
+    for r in plan.ranks:
+        table.add_column(f"rank {r.rank}\nstage {', '.join(map(str, r.stages))}, {sum(r.blocks)} blocks",
+                         justify="right")
+    for label, attr in ROWS:
+        table.add_row(label, *(gib(getattr(r, attr)) for r in plan.ranks))
+    table.add_row("microbatches in flight", *(str(r.microbatches_in_flight) for r in plan.ranks))
+    console.print(table)
+    console.print(f"verdict: {plan.peak.verdict} (largest: rank {plan.peak.rank}, {gib(plan.peak.total)})")
+    for note in plan.assumptions:
+        console.print(f"  - {note}", highlight=False)

@@ -1,0 +1,135 @@
+"""`exatrain plan`: a 16,384-rank layout checked in one process in time, bad layouts refused with a HINT,
+and the activation formula against the bytes autograd really saves.
+
+The 16,384-rank case uses torch's fake process group (no real ranks: this machine has 2 cores); the
+per-rank parameter/gradient/optimizer bytes are checked against real gloo ranks in
+tests/dist/test_plan_memory.py.
+"""
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+from exatrain.config import load_config
+from exatrain.errors import ConfigError
+from exatrain.models import model_shape
+from exatrain.models.transformer import build_model
+from exatrain.train.plan import make_plan, memory
+
+# xl (~1B parameters, 16 heads, 18 blocks) on 16,384 GPUs: 4 pipeline ranks x 8 replicas x 64-way FSDP x 8-way TP
+HUGE = ["--model.size=xl", "--data.seq_len=4096", "--parallel.pp=4", "--parallel.dp_replicate=8",
+        "--parallel.dp_shard=64", "--parallel.tp=8", "--train.micro_batch_size=4",
+        "--train.global_batch_size=8192", "--parallel.activation_checkpoint=full"]
+
+
+def test_16384_ranks_in_under_a_minute(exatrain_cli):
+    t0 = time.perf_counter()
+    r = exatrain_cli("plan", "--world-size", "16384", "--site", "generic-nvidia", "--vocab-size", "32000",
+                     "--json", *HUGE, timeout=120)
+    elapsed = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr
+    assert elapsed < 60, f"exatrain plan took {elapsed:.1f} s for 16,384 ranks"
+    plan = json.loads(r.stdout)
+    assert plan["world_size"] == 16384 and plan["degrees"] == {"pp": 4, "dp_replicate": 8, "dp_shard": 64, "tp": 8}
+    assert [x["rank"] for x in plan["ranks"]] == [0, 4096, 8192, 12288]
+    assert sum(sum(x["blocks"]) for x in plan["ranks"]) == 18  # every block on exactly one pipeline rank
+    # by hand: a block holds 12 D^2 weights split tp x dp_shard ways (+ norms, not TP-split); stage 0 adds the
+    # token and position embeddings, the last stage the output head (all TP-split by rows) and norm; fp32
+    D, shard = 2048, 64
+    block = 12 * D * D / (8 * shard) + 2 * D / shard
+    ends = {0: (32000 + 4096) * D / (8 * shard), 12288: 32000 * D / (8 * shard) + D / shard}
+    for x in plan["ranks"]:
+        expected = 4 * (sum(x["blocks"]) * block + ends.get(x["rank"], 0))
+        assert abs(x["params"] - expected) <= 0.01 * expected, (x["rank"], x["params"], expected)
+        assert x["grads"] == x["params"] and x["optimizer"] >= 2 * x["params"]
+        assert x["total"] < 80 * 1024 ** 3
+    assert plan["gpu_memory_gb"] == 80 and plan["verdict"].startswith("fits")
+
+
+def test_table_output(exatrain_cli):
+    r = exatrain_cli("plan", "--world-size", "8", "--gpu-memory-gb", "0.001", "--model.size=small",
+                     "--train.global_batch_size=64", "--parallel.dp_replicate=2", "--parallel.dp_shard=2",
+                     "--parallel.tp=2")
+    assert r.returncode == 0, r.stderr
+    assert "total per GPU" in r.stdout and "does not fit" in r.stdout and "HSDP, TP" in r.stdout
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["--parallel.tp=3", "--parallel.dp_replicate=-1"], "does not divide"),
+    (["--parallel.dp_replicate=3", "--parallel.dp_shard=5"], "does not match the world size"),
+    (["--parallel.pp=32", "--parallel.dp_replicate=-1"], "pipeline stages"),
+])
+def test_invalid_layout_fails_fast_with_hint(exatrain_cli, overrides, expected):
+    t0 = time.perf_counter()
+    r = exatrain_cli("plan", "--world-size", "96", "--model.size=medium", "--train.micro_batch_size=1",
+                     "--train.global_batch_size=96", *overrides, timeout=60)
+    assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
+    assert time.perf_counter() - t0 < 30
+
+
+def test_world_size_out_of_range():
+    with pytest.raises(ConfigError, match="world-size"):
+        make_plan(load_config(), 32768)
+    with pytest.raises(ConfigError, match="vocab-size"):
+        make_plan(load_config(), 2, vocab_size=0)
+
+
+def _saved_bytes(model, x) -> int:
+    """Bytes of the tensors autograd saves for backward in one forward (parameters excluded)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, x)
+    return sum(n for ptr, n in seen.items() if ptr not in params)
+
+
+@pytest.mark.parametrize("size, batch, seq, vocab", [("small", 4, 128, 512), ("medium", 2, 256, 1000)])
+def test_activation_estimate_matches_saved_tensors(size, batch, seq, vocab):
+    """fp32 on CPU, no checkpointing: the per-block formula plus head within 10 % of what autograd keeps."""
+    torch.manual_seed(0)
+    model = build_model(size, vocab, seq)
+    measured = _saved_bytes(model, torch.randint(vocab, (batch, seq)))
+    spec = memory.ActivationSpec(shape=model_shape(size), vocab=vocab, seq_len=seq, batch=batch, elem_bytes=4)
+    estimate = memory.stage_activation_bytes(model.shape.n_layers, True, True, spec)
+    assert abs(estimate - measured) <= 0.10 * measured, (estimate, measured)
+
+
+def test_checkpointing_and_tp_shrink_the_estimate():
+    spec = memory.ActivationSpec(shape=model_shape("xl"), vocab=32000, seq_len=4096, batch=1, elem_bytes=2)
+    none = memory.stage_activation_bytes(18, False, False, spec)
+    full = memory.stage_activation_bytes(18, False, False, replace(spec, ac="full"))
+    every = memory.stage_activation_bytes(18, False, False, replace(spec, ac="every", ac_every=2))
+    tp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8))
+    sp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8, sequence_parallel=True))
+    assert full < every < none
+    # TP splits 13 of the 17 B*T*D terms; sequence parallelism also the 2 residual ones (module docstring)
+    assert tp == pytest.approx(none * (4 + 13 / 8) / 17) and sp == pytest.approx(none * (2 / 8 + 2 + 13 / 8) / 17)
+
+
+def test_pipeline_microbatches_in_flight():
+    assert memory.microbatches_in_flight("1f1b", 4, 0, 8, 1) == 4
+    assert memory.microbatches_in_flight("1f1b", 4, 3, 8, 1) == 1
+    assert memory.microbatches_in_flight("gpipe", 4, 3, 8, 1) == 8
+    assert memory.microbatches_in_flight("interleaved_1f1b", 4, 0, 8, 2) == 2 * 3 + 4 + 1
+    assert memory.microbatches_in_flight("1f1b", 1, 0, 8, 1) == 1
+
+
+def test_site_profiles_give_the_gpu_memory():
+    from exatrain.config.load import read_toml
+    from exatrain.launch.profiles import PROFILE_DIR, load_profile, profile_from_dict
+
+    assert {n: load_profile(n).gpu_memory_gb for n in ("lumi-g", "juwels-booster", "generic-nvidia", "cpu")} == \
+        {"lumi-g": 64.0, "juwels-booster": 40.0, "generic-nvidia": 80.0, "cpu": 0.0}
+    data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
+    with pytest.raises(ConfigError, match="gpu_memory_gb must be float"):
+        profile_from_dict({**data, "gpu_memory_gb": "lots"})
+    assert memory.verdict(10 * 2**30, None).startswith("unknown")
+    assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith("tight")
