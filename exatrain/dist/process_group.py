@@ -7,6 +7,7 @@ the cluster environment was read once by `exatrain.env`, and c10d's env:// init 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -119,7 +120,14 @@ def _export_rendezvous(env: ClusterEnvironment) -> None:
 
 
 def teardown() -> None:
-    """Leave the process group cleanly (waits for in-flight work first)."""
+    """Leave the process group cleanly: wait for in-flight work, then free the group.
+
+    A finished Trainer still holds the group through a reference cycle (its TrainingState keeps bound
+    methods of it; the trainer holds the DDP model, whose reducer holds the group), so destroying the group
+    used to leave gloo's native threads running into interpreter shutdown. Collecting such cycles first
+    lets destroy_process_group drop the group's last reference and join those threads here.
+    """
     if dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
