@@ -20,13 +20,14 @@ _HINT = ("check that every rank was started (the job's other nodes, `srun` error
 def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
     """Check in at the master's TCP store and wait until all ranks did; returns the store (the group reuses it).
 
-    Rank 0 hosts the store (torchrun: its agent already does, every worker is a client) and waits for the
+    Rank 0 hosts the store (unless torchrun's agent shares its own: then every worker is a client) and waits for the
     others; on a timeout it publishes the missing ranks, and every rank raises an ExatrainError naming them.
     """
     where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
     try:
         store = dist.TCPStore(env.main_address, env.main_port, env.world_size, timeout=seconds,
-                              is_master=env.global_rank == 0 and env.kind != "torchelastic", wait_for_workers=False)
+                              is_master=env.global_rank == 0 and not env.launcher_hosts_store,
+                              wait_for_workers=False)
     except (dist.DistError, RuntimeError) as e:
         raise ExatrainError(f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
                             f"{timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})", _HINT) from None

@@ -95,9 +95,10 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
     store = roll_call(env, timeout_s)
     dist.init_process_group(
         backend=chosen,
-        # torchrun's agent hosts the store its workers share (env:// finds it); elsewhere rank 0's roll-call
-        # store is the group's store, so no second server is started on the same port.
-        **({"init_method": "env://"} if env.kind == "torchelastic" else {"store": store}),
+        # torchrun's agent may host the store its workers share (env:// finds it); elsewhere (also under
+        # torchrun with store sharing off) rank 0's roll-call store is the group's store, so no second
+        # server is started on the same port.
+        **({"init_method": "env://"} if env.launcher_hosts_store else {"store": store}),
         rank=env.global_rank,
         world_size=env.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),

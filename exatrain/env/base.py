@@ -62,6 +62,7 @@ class ClusterEnvironment(abc.ABC):
         self._job_id = self._read_job_id(environ)
         self._restart_count = read_restart_count(environ)
         self._notes = tuple(self._read_notes(environ))
+        self._launcher_hosts_store = self._read_launcher_hosts_store(environ)
         address = self._read_main_address(environ, master_suffix)
         self._main_address = resolve_host(address) if resolve_master else address
         self._main_port = self._choose_port(environ, master_port)
@@ -91,6 +92,10 @@ class ClusterEnvironment(abc.ABC):
     def _read_notes(self, environ: Mapping[str, str]) -> tuple[str, ...]:
         """Human-readable remarks about the environment (none by default)."""
         return ()
+
+    def _read_launcher_hosts_store(self, environ: Mapping[str, str]) -> bool:
+        """Whether the launcher already serves the rendezvous store at the master address (none does by default)."""
+        return False
 
     def _choose_port(self, environ: Mapping[str, str], master_port: int | None) -> int:
         if master_port is not None:
@@ -157,6 +162,12 @@ class ClusterEnvironment(abc.ABC):
     def notes(self) -> tuple[str, ...]:
         """Human-readable remarks, e.g. that this is a batch shell."""
         return self._notes
+
+    @property
+    def launcher_hosts_store(self) -> bool:
+        """True when the launcher (torchrun's agent, sharing its store) serves the TCP store at
+        main_address:main_port; otherwise rank 0 must host it there."""
+        return self._launcher_hosts_store
 
     @property
     def is_distributed(self) -> bool:

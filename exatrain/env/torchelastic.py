@@ -45,6 +45,11 @@ class TorchElasticEnvironment(ClusterEnvironment):
                     "(`exatrain train --nproc N --max-restarts K` does)",)
         return ()
 
+    def _read_launcher_hosts_store(self, environ: Mapping[str, str]) -> bool:
+        # The agent shares its store with the workers unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (which
+        # `exatrain train --max-restarts` sets); then rank 0 hosts the group's store at MASTER_PORT.
+        return environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
     def _read_main_address(self, environ: Mapping[str, str], master_suffix: str) -> str:
         # torchrun's own store listens here; a derived address would point elsewhere, so no suffix is added.
         return require(environ, "MASTER_ADDR", why=_WHY)[1]

@@ -357,6 +357,19 @@ def test_note_when_torchrun_may_restart_with_a_shared_store():
                                "TORCHELASTIC_MAX_RESTARTS": "0"}).notes == ()
 
 
+def test_who_hosts_the_store_under_torchrun_and_elsewhere():
+    """With the agent's store shared, ranks are its clients; with sharing off (as `--max-restarts` sets it)
+    rank 0 must host the store at MASTER_PORT itself, as under srun or mpirun."""
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True"}).launcher_hosts_store
+    assert not detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"}).launcher_hosts_store
+    assert not detect_environment(torchrun).launcher_hosts_store
+    assert not detect_environment({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                                   "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                                   "MASTER_ADDR": "h"}).launcher_hosts_store
+
+
 def test_local_launch_turns_store_sharing_off_only_when_restarts_are_allowed():
     from exatrain.launch.local import agent_environment
 
