@@ -173,6 +173,8 @@ def cmd_cancel(args, extra: list[str], runner=None) -> int:
 
     cancel(runner or SlurmRunner(), args.job_id)
     print(f"cancelled job {args.job_id}")
+    return 0
+
 
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, fields
 
 from exatrain.config import ParallelConfig
+from exatrain.config.checks import check_choice
 from exatrain.errors import ConfigError
 
 DIM_ORDER = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -98,9 +99,9 @@ class ParallelDims:
     def check(self, cfg: ParallelConfig, shape, micro_batch: int) -> None:
         """Raise ConfigError (with a HINT) when this layout cannot split `shape` (a models.ModelShape:
         dim, n_layers, n_heads, mlp_ratio) as configured."""
-        _choice("parallel.pp_schedule", cfg.pp_schedule, PP_SCHEDULES)
-        _choice("parallel.activation_checkpoint", cfg.activation_checkpoint, AC_MODES)
-        _choice("parallel.param_dtype", cfg.param_dtype, ("fp32", "bf16"))
+        check_choice("parallel.pp_schedule", cfg.pp_schedule, PP_SCHEDULES)
+        check_choice("parallel.activation_checkpoint", cfg.activation_checkpoint, AC_MODES)
+        check_choice("parallel.param_dtype", cfg.param_dtype, ("fp32", "bf16"))
         if cfg.activation_checkpoint_every < 1:
             raise ConfigError(f"parallel.activation_checkpoint_every must be >= 1, got {cfg.activation_checkpoint_every}",
                               "use e.g. --parallel.activation_checkpoint_every=2")
@@ -221,8 +222,3 @@ def _formula(degrees: dict[str, int]) -> str:
 
 def _divisors(n: int, around: int) -> str:
     return ", ".join(str(d) for d in range(1, min(n, 4 * around) + 1) if n % d == 0)
-
-
-def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}", f"use e.g. --{key}={valid[0]}")

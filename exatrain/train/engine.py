@@ -31,22 +31,35 @@ from torch.distributed.tensor.parallel import loss_parallel
 from exatrain.dist.parallelize import all_reduce_gradients, apply_ddp
 
 
-class DataParallelEngine:
-    """One model per rank, wrapped for its layout (DDP, or already FSDP/TP-parallelised)."""
+class Engine:
+    """What every engine shares: its model parts, autocast and the loss-parallel context."""
 
-    def __init__(self, model: nn.Module, dims, device: torch.device, num_params: int, use_loss_parallel: bool,
+    def __init__(self, model_parts: list[nn.Module], num_params: int, use_loss_parallel: bool,
                  autocast: Callable[[], contextlib.AbstractContextManager]):
-        self.model, self.num_params, self.autocast = model, num_params, autocast
-        self.model_parts = [model]
-        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters);
-        # torch's DDP takes no DTensors, so replicas of a TP model reduce gradients after backward instead
-        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp and not dims.tp_enabled else None
-        self.replica_mesh = dims.mesh("dp") if dims.ddp and dims.tp_enabled else None
-        self.use_loss_parallel = use_loss_parallel
+        self.model_parts, self.num_params = model_parts, num_params
+        self.use_loss_parallel, self.autocast = use_loss_parallel, autocast
 
     def _loss_context(self):
         # cross_entropy on vocabulary-sharded logits needs torch's context in forward AND backward
         return loss_parallel() if self.use_loss_parallel else contextlib.nullcontext()
+
+    def train(self, mode: bool = True) -> None:
+        """Switch dropout (train) on or off (eval) in every model part."""
+        for part in self.model_parts:
+            part.train(mode)
+
+
+class DataParallelEngine(Engine):
+    """One model per rank, wrapped for its layout (DDP, or already FSDP/TP-parallelised)."""
+
+    def __init__(self, model: nn.Module, dims, device: torch.device, num_params: int, use_loss_parallel: bool,
+                 autocast: Callable[[], contextlib.AbstractContextManager]):
+        super().__init__([model], num_params, use_loss_parallel, autocast)
+        self.model = model
+        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters);
+        # torch's DDP takes no DTensors, so replicas of a TP model reduce gradients after backward instead
+        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp and not dims.tp_enabled else None
+        self.replica_mesh = dims.mesh("dp") if dims.ddp and dims.tp_enabled else None
 
     def _sync_gradients(self, sync: bool):
         """Accumulate locally until the last micro-batch, then reduce gradients once."""
@@ -75,11 +88,6 @@ class DataParallelEngine:
         """Mean token loss of one batch."""
         with self._loss_context(), self.autocast():
             return _plain(self.model(x, y)).item()
-
-    def train(self, mode: bool = True) -> None:
-        """Switch dropout (train) on or off (eval) in every model part."""
-        for part in self.model_parts:
-            part.train(mode)
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""

@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import Callable
 
 import torch
-from torch.distributed.tensor.parallel import loss_parallel
 
 from exatrain.config import Config
 from exatrain.dist.parallelize import load_full_state_dict, parallelize
@@ -25,23 +24,22 @@ from exatrain.dist.pipeline import Pipeline, apply_replicate, gather_full_state_
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import build_model, lm_loss
+from exatrain.train.engine import Engine
 
 
-class PipelineEngine:
+class PipelineEngine(Engine):
     """This rank's pipeline stages and the schedule that runs them (interface of DataParallelEngine)."""
 
     def __init__(self, rank_model: torch.nn.Module, pipeline: Pipeline, pp_group, num_params: int,
                  use_loss_parallel: bool, autocast: Callable[[], contextlib.AbstractContextManager]):
-        self.pipeline, self.pp_group, self.num_params = pipeline, pp_group, num_params
-        self.model_parts = [rank_model]
-        self.use_loss_parallel, self.autocast = use_loss_parallel, autocast
+        super().__init__([rank_model], num_params, use_loss_parallel, autocast)
+        self.pipeline, self.pp_group = pipeline, pp_group
 
     def _context(self) -> contextlib.ExitStack:
         """Autocast and loss parallel around a whole schedule step: the schedule runs forward, loss and
         backward inside one call, and loss parallel's cross-entropy needs its context in both."""
         stack = contextlib.ExitStack()
-        if self.use_loss_parallel:
-            stack.enter_context(loss_parallel())
+        stack.enter_context(self._loss_context())
         stack.enter_context(self.autocast())
         return stack
 
@@ -56,11 +54,6 @@ class PipelineEngine:
         """Mean token loss of one batch through all stages (forward only); every stage gets it."""
         with self._context():
             return self.pipeline.eval_loss(x, y).item()
-
-    def train(self, mode: bool = True) -> None:
-        """Switch dropout on or off in this rank's stages."""
-        for part in self.model_parts:
-            part.train(mode)
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 ({} elsewhere); a collective over all ranks."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exatrain.config import Config
+from exatrain.config.checks import check_choice
 from exatrain.dist.parallel_dims import ParallelDims
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
@@ -30,13 +31,13 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
             f"pick a global batch that is a multiple of {per_step} (e.g. --train.global_batch_size={per_step * max(1, t.global_batch_size // per_step)}) "
             "or change the micro batch",
         )
-    _choice("train.precision", t.precision, ("auto", "bf16", "fp32"))
-    _choice("train.device", t.device, ("auto", "cuda", "cpu"))
-    _choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
-    _choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
-    _choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
-    _choice("data.train_split", d.train_split, _SPLITS)
-    _choice("data.eval_split", d.eval_split, _SPLITS)
+    check_choice("train.precision", t.precision, ("auto", "bf16", "fp32"))
+    check_choice("train.device", t.device, ("auto", "cuda", "cpu"))
+    check_choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
+    check_choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
+    check_choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
+    check_choice("data.train_split", d.train_split, _SPLITS)
+    check_choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
     dims.check(cfg.parallel, shape, t.micro_batch_size)
@@ -50,8 +51,3 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
 def _positive(key: str, value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{key} must be positive, got {value}", f"set --{key} to a value of at least 1")
-
-
-def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(valid)}", f"use e.g. --{key}={valid[0]}")

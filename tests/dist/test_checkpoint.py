@@ -73,6 +73,7 @@ def test_exported_file_seeds_training(uninterrupted, exatrain_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     r2 = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'fresh'}", "--train.steps=1",
                       "--train.eval_batches=2", "--data.seq_len=32", "--train.global_batch_size=16")
+    assert r2.returncode == 0, r2.stderr
     seeded = read_metrics(tmp_path / "seeded" / "metrics.jsonl")[0]
     fresh = read_metrics(tmp_path / "fresh" / "metrics.jsonl")[0]
     assert seeded["kind"] == fresh["kind"] == "eval" and seeded["loss"] < fresh["loss"] - 0.2

@@ -19,7 +19,6 @@ a 2-stage pipeline resumes in ONE process, and the single process's checkpoint r
 """
 
 import pytest
-import torch
 
 from tests.dist.cli_runs import assert_same_training, max_diff, train_run
 
