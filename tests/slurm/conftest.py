@@ -52,7 +52,10 @@ TERMINAL_STATES = frozenset(
 )
 # Variables of an enclosing allocation (pytest itself run inside a SLURM job) would leak
 # into srun/sbatch here and point them at the wrong job or cluster.
-_FOREIGN_ENV = re.compile(r"^(SLURM_|SBATCH_|SRUN_|SALLOC_|SQUEUE_|SINFO_|SCONTROL_|SACCT_)")
+# Rendezvous variables that in-process dist tests leave in this process (init_distributed exports them)
+# would be exported by sbatch into the jobs and pick their master port: strip those too.
+_FOREIGN_ENV = re.compile(r"^(SLURM_|SBATCH_|SRUN_|SALLOC_|SQUEUE_|SINFO_|SCONTROL_|SACCT_|TORCHELASTIC_|MASTER_ADDR$"
+                          r"|MASTER_PORT$|RANK$|WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
