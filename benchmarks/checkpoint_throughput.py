@@ -6,6 +6,10 @@ deduplicated tensors, files fsync'ed, then the atomic commit). The baseline is `
 conv=fdatasync` of the same byte count into the same directory, by rank 0 alone, interleaved with the saves
 (dd, save, dd, save, ...). Result: median save throughput / median dd throughput. Goal: >= 0.8.
 
+The manager deletes the checkpoint that falls out of retention (`keep`) on a background thread after the
+commit; the benchmark waits for that deletion after each save, outside the timed save and before the next
+dd (so that it never overlaps a dd), and prints how long that wait took.
+
     cd REPO && .venv/bin/python -m benchmarks.checkpoint_throughput [--dir /scratch/x] [--reps 5]
 """
 
@@ -44,7 +48,7 @@ def worker(ctx, a) -> None:
         first = manager.save(trainer.step, trainer.state)  # warm-up (first-use costs), also gives the size
         size = folder_bytes(first) if is_root() else 0
         mib = max(1, round(all_gather_objects(size)[0] / 2**20))
-        saves, dds = [], []
+        saves, dds, prunes = [], [], []
         for rep in range(a.reps):
             if is_root():
                 dds.append(dd_seconds(tmp / "dd.bin", mib))
@@ -53,6 +57,9 @@ def worker(ctx, a) -> None:
             t0 = time.perf_counter()
             manager.save(trainer.step, trainer.state)  # ends with the commit and a barrier
             saves.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            manager.finish_pruning()  # rank 0: the background deletion of the step that fell out of `keep`
+            prunes.append(time.perf_counter() - t0)
         per_rank = all_gather_objects(state_bytes(trainer))
         if is_root():
             save_rate = mib / statistics.median(saves)
@@ -62,6 +69,7 @@ def worker(ctx, a) -> None:
                   f"torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
             print(f"  DCP save (whole state, commit incl.) {median_ms(saves)}  -> {save_rate:7.1f} MiB/s")
             print(f"  dd bs=1M conv=fdatasync              {median_ms(dds)}  -> {dd_rate:7.1f} MiB/s")
+            print(f"  (then waited for the pruning thread  {median_ms(prunes)}, not part of the save)")
             print(f"ratio save/dd = {save_rate / dd_rate:.3f}  (goal >= 0.8)")
 
 

@@ -1,12 +1,17 @@
 """Checkpoint folders: RUN_DIR/checkpoints/step-N, committed atomically, found, pruned, cleaned.
 
-A save writes into `.step-N.partial/`, all ranks meet at a barrier, then rank 0 writes the commit marker
-last and renames the folder to `step-N`. A folder without the marker (a rank was killed mid-save) is never
-used and is removed by the next run.
+A save writes into `.step-N.partial/`; once all ranks have written (DCP's save ends with a gather of every
+rank's results to rank 0), rank 0 writes the commit marker last and renames the folder to `step-N`. A
+folder without the marker (a rank was killed mid-save) is never used and is removed by the next run.
+
+Pruning first renames an old checkpoint to `.step-N.pruned` (atomic: from then on it is no checkpoint), then
+deletes it, which may happen on a background thread; a run killed in between leaves a `.pruned` folder that
+the next run removes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from pathlib import Path
@@ -57,9 +62,11 @@ def commit(partial: Path, final: Path) -> None:
 
 
 def clean_incomplete(root: Path) -> list[Path]:
-    """Remove partial folders and uncommitted step folders left by a killed save (rank 0 only)."""
+    """Remove partial folders and uncommitted step folders left by a killed save, and pruned folders whose
+    deletion was cut short (rank 0 only)."""
     removed = []
-    for p in root.glob(".step-*.partial") if root.is_dir() else []:
+    leftovers = [*root.glob(".step-*.partial"), *root.glob(".step-*.pruned")] if root.is_dir() else []
+    for p in leftovers:
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     for p in root.glob("step-*") if root.is_dir() else []:
@@ -69,15 +76,29 @@ def clean_incomplete(root: Path) -> list[Path]:
     return removed
 
 
-def prune(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
-    """Delete all but the newest `keep` committed checkpoints, never `protect` (the one resumed from)."""
+def retire(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
+    """Pruning, first half: rename all but the newest `keep` committed checkpoints, never `protect` (the one
+    resumed from), to `.step-N.pruned` (no longer checkpoints, not yet deleted); returns the new paths."""
     if keep <= 0:
         return []
     found = complete_checkpoints(root)
     doomed = [p for _, p in found[:-keep] if protect is None or p.resolve() != protect.resolve()]
-    for p in doomed:
+    retired = []
+    for old in doomed:
+        new = old.with_name(f".{old.name}.pruned")
+        if new.exists():  # left over from an earlier run's cut-short deletion
+            shutil.rmtree(new, ignore_errors=True)
+        with contextlib.suppress(OSError):  # like a failed deletion: the old checkpoint stays, no error
+            old.rename(new)
+            retired.append(new)
+    return retired
+
+
+def delete(folders: list[Path]) -> None:
+    """Pruning, second half: remove retired checkpoint folders (unlinking hundreds of MiB takes a while on
+    some file systems)."""
+    for p in folders:
         shutil.rmtree(p, ignore_errors=True)
-    return doomed
 
 
 def resolve_resume(spec: str, root: Path) -> Path | None:
