@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-import time
 import warnings
 from concurrent.futures import Future
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
-
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
@@ -22,7 +17,8 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, read_metadata, require_shapes
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
-from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root, rank
+from exatrain.checkpoint.writer import checkpoint_writer
+from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.
@@ -74,7 +70,7 @@ class CheckpointManager:
         self.wait()  # at most one save in flight; a failed one is reported here
         partial = partial_dir(self.root, step)
         try:
-            writer = _writer(partial, step)
+            writer = checkpoint_writer(partial, step)
             if self.async_save and not blocking:
                 response = dcp.async_save(state.entries(), storage_writer=writer, planner=self._planner(),
                                           process_group=self.group, async_stager=self.stager)
@@ -173,53 +169,6 @@ class CheckpointManager:
         except _FAILURES as e:
             raise ExatrainError(f"loading checkpoint {path} failed ({_reason(e)})",
                                 "the checkpoint may be damaged: resume from an earlier step-N folder") from None
-
-
-# Test hook, for tests/dist/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
-# but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files meanwhile), so that a
-# test can kill -9 a rank while the save is in flight. Never set in real runs.
-_PAUSE_HOOK = "EXATRAIN_TEST_SAVE_PAUSE"
-
-
-class _Writer(FileSystemWriter):
-    """DCP's FileSystemWriter (fsync'ed files; 2 writer threads, each with its own file, so that one thread's
-    serialisation overlaps the other's write and fsync) with torch.save's CRC-32 of each record turned off.
-
-    DCP stores every tensor as a small torch.save zip archive; computing its CRC-32 costs as much CPU as the
-    rest of the serialisation (147 MiB: 156 vs 80 ms on one core here). Neither torch.load nor DCP's reader
-    checks it, so it protects nothing these checkpoints are read with. The switch is process-wide: during a
-    background save, a torch.save on the training thread also skips its CRC (still loads with torch.load).
-    """
-
-    def __init__(self, path: Path):
-        super().__init__(str(path), thread_count=2)
-
-    def write_data(self, plan, planner):
-        before = torch.serialization.get_crc32_options()
-        torch.serialization.set_crc32_options(False)
-        try:
-            return super().write_data(plan, planner)  # returns once written (its extra threads joined)
-        finally:
-            torch.serialization.set_crc32_options(before)
-
-
-class _PausingWriter(_Writer):
-    """The writer, sleeping before writing (see the test hook above)."""
-
-    def __init__(self, path: Path, pause_s: float):
-        super().__init__(path)
-        self.pause_s = pause_s
-
-    def write_data(self, plan, planner):
-        time.sleep(self.pause_s)
-        return super().write_data(plan, planner)
-
-
-def _writer(path: Path, step: int) -> FileSystemWriter:
-    hook = os.environ.get(_PAUSE_HOOK, "")
-    if hook and rank() != 0 and int(hook.split(":")[0]) == step:
-        return _PausingWriter(path, float(hook.split(":")[1]))
-    return _Writer(path)
 
 
 def _reason(e: BaseException) -> str:

@@ -12,6 +12,7 @@ the next run removes.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -54,11 +55,32 @@ def latest(root: Path) -> Path | None:
 
 
 def commit(partial: Path, final: Path) -> None:
-    """Rank 0, after every rank finished writing: marker last, then the atomic rename."""
+    """Rank 0, after every rank finished writing: marker last, then the atomic rename, made durable.
+
+    The data files and .metadata are already fsync'ed (DCP does that). Syncing the checkpoint's folder and
+    the one that holds it persists the marker's creation and the rename before anything else happens (pruning
+    an older checkpoint in particular), so that a power loss never leaves fewer checkpoints than `keep`.
+    """
     (partial / MARKER).write_text("complete\n")
     if final.exists():  # a re-save of the same step (e.g. after a restart): replace it
         shutil.rmtree(final)
     partial.rename(final)
+    fsync_dir(final)  # the marker's entry
+    fsync_dir(final.parent)  # the rename
+
+
+def fsync_dir(path: Path) -> None:
+    """Persist the entries of folder `path` (created, renamed or removed files); no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a directory
+        pass
+    finally:
+        os.close(fd)
 
 
 def clean_incomplete(root: Path) -> list[Path]:

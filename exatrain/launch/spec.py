@@ -94,6 +94,9 @@ class JobSpec(JobConfig):
         if self.signal and not _SIGNAL.fullmatch(self.signal):
             raise ConfigError(f"job.signal = {self.signal!r} is not SIG@SECONDS",
                               "write e.g. \"USR2@120\" (ranks) or \"B:USR2@120\" (batch shell only); empty = none")
+        if "/" in self.name or not self.name.strip():
+            raise ConfigError(f"job.name = {self.name!r} is empty or contains '/'",
+                              "SLURM puts the name into file names (%x in job.output); use e.g. \"gpt-small\"")
         if not self.command:
             raise ConfigError("job.command is empty", "give what each rank runs, e.g. [\"exatrain\", \"train\"]")
         for flag in self.extra_sbatch:

@@ -106,3 +106,7 @@ def test_job_section_maps_to_the_checked_spec():
     assert spec.slurm_time() == "00:45:00" and spec.nodes == 3
     with pytest.raises(ConfigError, match="not a launch mode"):
         JobSpec.from_config(load_config(None, ["--job.launch=mpirun"]).job)
+    for bad in ("runs/a", ""):  # %x puts the name into the output file's path
+        with pytest.raises(ConfigError, match="empty or contains '/'") as e:
+            JobSpec.from_config(load_config(None, [f"--job.name={bad}"]).job)
+        assert "HINT" in str(e.value) or e.value.hint

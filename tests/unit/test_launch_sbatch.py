@@ -108,7 +108,8 @@ def _shell_words(text):
 def test_hostile_values_are_inert(tmp_path):
     marker = tmp_path / "pwned"
     hostile = HOSTILE.replace("/tmp/pwned", str(marker))
-    spec = dataclasses.replace(SPEC, name=hostile, env=(("NOTE", hostile),), container_image=f"/img/{hostile}.sif",
+    name = HOSTILE.replace("/tmp/pwned", "pwned")  # no '/' in a job name; run in tmp_path, it would touch marker
+    spec = dataclasses.replace(SPEC, name=name, env=(("NOTE", hostile),), container_image=f"/img/{hostile}.sif",
                                command=("echo", hostile))
     run_dir = f"runs/{hostile}"
     text = render_sbatch(spec, load_profile("generic-nvidia"), run_dir)
@@ -116,7 +117,7 @@ def test_hostile_values_are_inert(tmp_path):
     for value in (hostile, run_dir, f"/img/{hostile}.sif"):
         quoted = shlex.quote(value)
         assert quoted in text
-        out = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True)
+        out = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, cwd=tmp_path)
         assert out.stdout == value
     # The RUN_DIR and export lines, executed for real, keep the value literally.
     lines = [l for l in text.splitlines() if l.startswith(("RUN_DIR=", "export NOTE="))]
@@ -125,7 +126,7 @@ def test_hostile_values_are_inert(tmp_path):
     assert out.stdout == f"{run_dir}|{hostile}"
     # The #SBATCH line is double-quoted for sbatch's own parser and stays on one line.
     name_line = next(l for l in text.splitlines() if l.startswith("#SBATCH --job-name="))
-    assert name_line == '#SBATCH --job-name="a\'b\\"c $(touch ' + str(marker) + ') d"'
+    assert name_line == '#SBATCH --job-name="a\'b\\"c $(touch pwned) d"'
     assert not marker.exists()
 
 
