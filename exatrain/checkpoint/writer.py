@@ -41,13 +41,20 @@ class WritebackFile(io.BufferedWriter):
     def write(self, data) -> int:
         n = super().write(data)
         end = self.tell()
-        if end - self.flushed_to >= self.chunk and hasattr(os, "posix_fadvise"):  # Linux; a no-op elsewhere
+        if self.chunk and end - self.flushed_to >= self.chunk:
             self.flush()
-            # Starts write-back of the range without waiting for it (pages still being written stay cached);
-            # the final fsync then has little left to wait for.
-            os.posix_fadvise(self.fileno(), self.flushed_to, end - self.flushed_to, os.POSIX_FADV_DONTNEED)
+            self._start_writeback(self.flushed_to, end - self.flushed_to)
             self.flushed_to = end
         return n
+
+    def _start_writeback(self, offset: int, length: int) -> None:
+        """Start writing the range to disk without waiting for it (pages under write-back stay cached), so
+        that the final fsync has little left to wait for. Only a hint: where the platform or the file system
+        lacks it, write-back is left to the fsync."""
+        try:
+            os.posix_fadvise(self.fileno(), offset, length, os.POSIX_FADV_DONTNEED)
+        except (AttributeError, OSError):  # not Linux, or a file system that refuses the advice
+            self.chunk = 0
 
 
 class CheckpointFileSystem(FileSystem):

@@ -32,6 +32,22 @@ def test_writeback_file_keeps_every_byte_and_starts_writeback_per_chunk(tmp_path
     assert calls[0][0] == 0 and calls[1][0] == calls[0][1]  # consecutive ranges from the start
 
 
+def test_a_file_system_refusing_the_advice_still_gets_every_byte(tmp_path, monkeypatch):
+    calls = []
+
+    def refuse(fd, offset, length, advice):
+        calls.append(offset)
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    blocks = [os.urandom(300_000) for _ in range(10)]
+    with WritebackFile(tmp_path / "f.bin", chunk=1 << 20) as f:
+        for b in blocks:
+            f.write(b)
+    assert (tmp_path / "f.bin").read_bytes() == b"".join(blocks)
+    assert calls == [0]  # asked once, then left to the final fsync
+
+
 def test_checkpoint_written_by_it_reads_with_dcps_own_reader_and_converter(tmp_path):
     state = _state()
     assert torch.serialization.get_crc32_options()
