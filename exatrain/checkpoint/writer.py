@@ -78,13 +78,32 @@ class CheckpointFileSystem(FileSystem):
         before = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
         try:
-            with WritebackFile(path) as stream:
+            try:
+                stream = WritebackFile(path)
+            except OSError as e:
+                stream = _Unopened(e)  # a context manager must yield; its first use raises into the except below
+            with stream:
                 yield stream
-        except BaseException as e:
+        except Exception as e:  # kept for write_data to raise, instead of ending a writer thread (see there)
             self.errors.append(e)
-            raise
         finally:
             torch.serialization.set_crc32_options(before)
+
+
+class _Unopened:
+    """Stands in for a file that could not be opened: any use raises the error of the open."""
+
+    def __init__(self, error: OSError):
+        self.error = error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def __getattr__(self, name):
+        raise self.error
 
 
 class CheckpointWriter(FileSystemWriter):
@@ -98,10 +117,10 @@ class CheckpointWriter(FileSystemWriter):
     def write_data(self, plan, planner):
         """Write this rank's items; raise if any was not written.
 
-        DCP's extra writer threads only print their exceptions, and the save would then commit a checkpoint
-        whose metadata lacks that thread's tensors (found only when loading it). Their errors are caught in
-        `create_stream` and raised here, on the thread DCP gathers failures from, and the item count is
-        checked as well.
+        DCP's extra writer threads only print their exceptions (a traceback on stderr), and the save would then
+        commit a checkpoint whose metadata lacks that thread's tensors (found only when loading it). So a
+        failed file's error is kept by `create_stream` instead of ending its thread, and raised here, on the
+        thread DCP gathers failures from; the item count is checked as well.
         """
         self.fs.errors.clear()
         future = super().write_data(plan, planner)  # returns once written (its extra threads joined)

@@ -64,6 +64,7 @@ def test_checkpoint_written_by_it_reads_with_dcps_own_reader_and_converter(tmp_p
     assert torch.equal(full["big"], state["big"]) and full["note"] == "text"
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("failing", ["__0_0.distcp", "__0_1.distcp"])
 def test_a_failed_write_in_either_thread_fails_the_save(tmp_path, monkeypatch, failing):
     """A full disk, simulated by a failing write (ENOSPC cannot be provoked safely here), on one of the two
@@ -82,6 +83,17 @@ def test_a_failed_write_in_either_thread_fails_the_save(tmp_path, monkeypatch, f
     for _ in range(3):  # which thread takes which file varies
         with pytest.raises(BaseException, match="No space left"):  # DCP wraps it in its CheckpointException
             dcp.save(_state(), storage_writer=CheckpointWriter(tmp_path / "ckpt"))
+    assert torch.serialization.get_crc32_options()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("failing", ["__0_0.distcp", "__0_1.distcp"])
+def test_a_file_that_cannot_be_created_fails_the_save_without_a_thread_traceback(tmp_path, failing):
+    """A folder in the way of one data file: its open fails in whichever thread takes it; the save raises
+    that error once, and no writer thread dies with a traceback on stderr."""
+    (tmp_path / "ckpt" / failing).mkdir(parents=True)
+    with pytest.raises(BaseException, match="Is a directory"):
+        dcp.save(_state(), storage_writer=CheckpointWriter(tmp_path / "ckpt"))
     assert torch.serialization.get_crc32_options()
 
 
