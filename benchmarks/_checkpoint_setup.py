@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.ranks import run_on_ranks
 from exatrain.config import load_config
 from exatrain.dist import all_gather_objects, barrier, init_distributed, is_root, teardown
-from exatrain.env import detect_environment
-from exatrain.launch import launch_local
+from exatrain.train.plan.layout import local_state_bytes
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 
@@ -36,18 +36,17 @@ def arguments(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def relaunch_or_run(module: str, nproc: int, worker) -> int:
-    """Outside a launcher: start `nproc` workers of `python -m module` through torchrun and return its exit
+def relaunch_or_run(module: str, a, worker) -> int:
+    """Outside a launcher: start `a.nproc` workers of `python -m module` through torchrun and return its exit
     code. Inside one (a worker): join the group, run `worker(ctx)`, leave."""
-    env = detect_environment(None)
-    if env.kind == "local":
-        return launch_local(nproc, module, sys.argv[1:])
-    ctx = init_distributed(env, "cpu")
-    try:
-        worker(ctx)
-    finally:
-        teardown()
-    return 0
+    def joined(_a, env) -> None:
+        ctx = init_distributed(env, "cpu")
+        try:
+            worker(ctx)
+        finally:
+            teardown()
+
+    return run_on_ranks(module, sys.argv[1:], a, None, joined)
 
 
 @contextlib.contextmanager
@@ -91,11 +90,13 @@ def step(trainer: Trainer) -> float:
     return time.perf_counter() - t0
 
 
-def state_bytes(trainer: Trainer) -> int:
-    """Bytes of model parameters and optimizer state held by this rank."""
-    tensors = list(trainer.model.parameters())
-    tensors += [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+def describe(trainer: Trainer, ctx, a) -> str:
+    """The first line of a checkpoint benchmark's report: model, ranks, state per rank, torch, directory
+    (a collective: every rank calls it, rank 0 prints it)."""
+    local = local_state_bytes(trainer.model, trainer.optimizer)
+    per_rank = all_gather_objects(local["params"] + local["optimizer"])
+    return (f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks (DDP), "
+            f"state per rank {per_rank[0] / 2**20:.0f} MiB, torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
 
 
 def median_ms(values: list[float]) -> str:

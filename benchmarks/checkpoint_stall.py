@@ -18,13 +18,10 @@ which the stall alone hides.
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 
-import torch
-
-from benchmarks._checkpoint_setup import arguments, build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes, step
-from exatrain.dist import all_gather_objects, is_root
+from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch, step
+from exatrain.dist import is_root
 
 MAX_FOLLOW_STEPS = 50  # steps to wait for a background save before blocking on it
 
@@ -76,12 +73,10 @@ def worker(ctx, a) -> None:
                 stalls[mode].append(stall)
                 two[mode].append(stall + (follow[0] - base if follow else 0.0))
                 extras[mode].append(stall + sum(follow) - base * len(follow))
-        per_rank = all_gather_objects(state_bytes(trainer))
+        header = describe(trainer, ctx, a)
         if is_root():
             ratio = statistics.median(stalls["async"]) / statistics.median(stalls["sync"])
-            print(f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
-                  f"(DDP), state per rank {per_rank[0] / 2**20:.0f} MiB, seq {a.seq_len} x micro batch {a.micro_batch}, "
-                  f"torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
+            print(f"{header}, seq {a.seq_len} x micro batch {a.micro_batch}")
             print(f"  baseline step                  {median_ms(baselines)}")
             print(f"  collecting the state dict      {median_ms(collect)}")
             for mode in ("sync", "async"):
@@ -98,7 +93,7 @@ def main() -> int:
     p = arguments(__doc__.splitlines()[0])
     p.add_argument("--baseline-steps", type=int, default=3)
     a = p.parse_args()
-    return relaunch_or_run("benchmarks.checkpoint_stall", a.nproc, lambda ctx: worker(ctx, a))
+    return relaunch_or_run("benchmarks.checkpoint_stall", a, lambda ctx: worker(ctx, a))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from benchmarks._checkpoint_setup import arguments, build_trainer, median_ms, relaunch_or_run, shared_scratch, state_bytes
+from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch
 from exatrain.dist import all_gather_objects, barrier, is_root
 
 
@@ -60,13 +57,11 @@ def worker(ctx, a) -> None:
             t0 = time.perf_counter()
             manager.finish_pruning()  # rank 0: the background deletion of the step that fell out of `keep`
             prunes.append(time.perf_counter() - t0)
-        per_rank = all_gather_objects(state_bytes(trainer))
+        header = describe(trainer, ctx, a)
         if is_root():
             save_rate = mib / statistics.median(saves)
             dd_rate = mib / statistics.median(dds)
-            print(f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks "
-                  f"(DDP), state per rank {per_rank[0] / 2**20:.0f} MiB, checkpoint {mib} MiB on disk, "
-                  f"torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
+            print(f"{header}, checkpoint {mib} MiB on disk")
             print(f"  DCP save (whole state, commit incl.) {median_ms(saves)}  -> {save_rate:7.1f} MiB/s")
             print(f"  dd bs=1M conv=fdatasync              {median_ms(dds)}  -> {dd_rate:7.1f} MiB/s")
             print(f"  (then waited for the pruning thread  {median_ms(prunes)}, not part of the save)")
@@ -75,7 +70,7 @@ def worker(ctx, a) -> None:
 
 def main() -> int:
     a = arguments(__doc__.splitlines()[0]).parse_args()
-    return relaunch_or_run("benchmarks.checkpoint_throughput", a.nproc, lambda ctx: worker(ctx, a))
+    return relaunch_or_run("benchmarks.checkpoint_throughput", a, lambda ctx: worker(ctx, a))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ code path, no measurement).
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import time
 
@@ -150,11 +149,8 @@ def _one_rank_group(device):
     """FSDP needs a process group: a group of one on this machine."""
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=0, world_size=1)
+    # one rank needs no rendezvous: an in-process store
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def main(argv=None) -> int:

@@ -11,12 +11,14 @@ from exatrain.launch import launch_local
 
 def run_on_ranks(module: str, argv: list[str], a, data_config, worker) -> int:
     """Call `worker(a, env)` on each rank. Outside a launcher: fill the data cache once for
-    `data_config(a)` in a temporary run directory (given to the ranks as --run-dir), then start `a.nproc`
-    workers of `python -m module argv`."""
+    `data_config(a)` (unless None) in a temporary run directory (given to the ranks as --run-dir), then
+    start `a.nproc` workers of `python -m module argv`."""
     env = detect_environment()
     if env.kind != "local":
         worker(a, env)
         return 0
+    if data_config is None:
+        return launch_local(a.nproc, module, argv)
     from exatrain.train.run import prepare_data
 
     with tempfile.TemporaryDirectory() as tmp:

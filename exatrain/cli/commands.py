@@ -104,7 +104,7 @@ def _prepared(args, overrides: list[str]):
     from exatrain.launch.submit import prepare
     from exatrain.launch.sweep import parse_sweep
 
-    return prepare(load_config(args.config, overrides), parse_sweep(getattr(args, "array", None) or []))
+    return prepare(load_config(args.config, overrides), parse_sweep(args.array or []))
 
 
 def cmd_sbatch(args, overrides: list[str]) -> int:

@@ -174,6 +174,7 @@ class ParallelDims:
         (what fully_shard shards over: dp_shard, or (dp_replicate, dp_shard) for HSDP)."""
         from torch.distributed.device_mesh import init_device_mesh
 
+        object.__setattr__(self, "_sub_meshes", {})  # name -> sub-mesh; torch builds a new one per slicing
         names = [n for n in DIM_ORDER if getattr(self, n) > 1]
         if not names:
             object.__setattr__(self, "_mesh", None)
@@ -191,10 +192,17 @@ class ParallelDims:
 
     def mesh(self, name: str):
         """The sub-mesh called `name` (pp, dp_replicate, dp_shard, tp, dp, fsdp), or None when that
-        dimension has degree 1. 'fsdp' is 2-D (replicate, shard) under HSDP."""
+        dimension has degree 1. 'fsdp' is 2-D (replicate, shard) under HSDP. Cheap after the first call
+        (the training step asks for 'pp' every time)."""
         root = getattr(self, "_mesh", None)
         if root is None:
             return None
+        cache = self._sub_meshes
+        if name not in cache:
+            cache[name] = self._slice(root, name)
+        return cache[name]
+
+    def _slice(self, root, name: str):
         if name == "fsdp":
             if not self.fsdp:
                 return None

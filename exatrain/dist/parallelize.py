@@ -107,13 +107,17 @@ def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, process_group=dp_mesh.get_group(), device_ids=device_ids)
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (a shard, or the whole value when replicated); a plain tensor as is."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def load_full_state_dict(model: nn.Module, device: torch.device, full_state: dict) -> None:
     """Materialise a meta-device (possibly sharded) model on `device` and fill it from a full, unsharded
     state dict that every rank holds (e.g. a seeded plain model's): each rank copies out its own shards,
     so every layout starts from exactly the weights of the single-process model, without communication.
     Keys the module lacks (other pipeline stages' layers) are ignored."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from torch.distributed.tensor import DTensor
 
     model.to_empty(device=device)
     own = model.state_dict().keys()
@@ -130,7 +134,7 @@ def all_reduce_gradients(params, dp_mesh) -> None:
 
     Replication for layouts torch's DDP cannot wrap: it takes no DTensor parameters, so replicas of a
     tensor-parallel model reduce their local gradient shards here, after the last backward of a step."""
-    grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params if p.grad is not None]
+    grads = [local_tensor(p.grad) for p in params if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=dp_mesh.get_group())
     flat /= dp_mesh.size()

@@ -24,8 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+from exatrain.dist.parallelize import local_tensor
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
 MULTI_STAGE = ("interleaved_1f1b",)  # schedules that take a list of stages (several per rank)
@@ -58,7 +59,7 @@ class Pipeline:
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-        self.chunks, self.group, self.microbatches = chunks, group, microbatches
+        self.group, self.microbatches = group, microbatches
         self.stages = [PipelineStage(c, i, n_stages, device, group=group) for c, i in zip(chunks, ids)]
         self.has_last = (n_stages - 1) in ids
         # the group rank that holds the last stage (looped assignment): where losses come from
@@ -98,7 +99,7 @@ class Pipeline:
 
 def _sum_local(losses: list[torch.Tensor]) -> torch.Tensor:
     """Sum of microbatch losses as a plain tensor (under loss parallel they are replicated DTensors)."""
-    return torch.stack([t.to_local() if isinstance(t, DTensor) else t for t in losses]).sum()
+    return torch.stack([local_tensor(t) for t in losses]).sum()
 
 
 def apply_replicate(module: nn.Module, dp_mesh) -> None:

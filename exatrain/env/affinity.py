@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exatrain.env.devices import visibility
+from exatrain.env.devices import narrowed_ids, visibility
 
 MODES = ("warn", "strict", "off")
 
@@ -106,8 +106,7 @@ def _int(text: str, default: int) -> int:
 
 def physical_gpu(device_index: int, environ: Mapping[str, str] | None = None) -> int:
     """The node's GPU number behind torch device ``device_index`` after the visibility variables narrowed it."""
-    seen = visibility(os.environ if environ is None else environ)
-    narrowed = next((v for k, v in seen.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
+    narrowed = narrowed_ids(visibility(os.environ if environ is None else environ))
     if narrowed and device_index < len(narrowed) and narrowed[device_index].isdigit():
         return int(narrowed[device_index])
     return device_index
@@ -156,12 +155,12 @@ def _verdict(expected: set[int] | None, source: str, actual: set[int]) -> str:
     if expected is None:
         return "unchecked"
     if source == "mask" and actual != expected:
-        missing, extra = sorted(expected - actual), sorted(actual - expected)
+        missing, extra = expected - actual, actual - expected
         why = []
         if missing:
-            why.append(f"lacks {format_ranges(set(missing))}")
+            why.append(f"lacks {format_ranges(missing)}")
         if extra:
-            why.append(f"also on {format_ranges(set(extra))}")
+            why.append(f"also on {format_ranges(extra)}")
         return "MISMATCH: " + ", ".join(why) + " (profile mask)"
     if source == "numa" and not actual <= expected:
         return f"MISMATCH: cores {format_ranges(actual - expected)} are off the GPU's NUMA node"

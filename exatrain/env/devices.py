@@ -92,6 +92,13 @@ def count_node_gpus(root: str = "/") -> int:
     return count
 
 
+def narrowed_ids(seen: Mapping[str, list[str] | None]) -> list[str] | None:
+    """The GPU ids the first set visibility variable leaves (from `visibility(...)`), or None when none is set.
+
+    GPU_DEVICE_ORDINAL only mirrors the others; CUDA/HIP/ROCR narrow what the process sees."""
+    return next((v for k, v in seen.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
+
+
 def describe_devices(local_rank: int, local_world_size: int, environ: Mapping[str, str] | None = None,
                      root: str = "/") -> dict:
     """What `exatrain env` reports about GPUs, without torch: visible count, the device this rank would
@@ -99,8 +106,7 @@ def describe_devices(local_rank: int, local_world_size: int, environ: Mapping[st
     import os
 
     vis = visibility(os.environ if environ is None else environ)
-    # GPU_DEVICE_ORDINAL only mirrors the others; CUDA/HIP/ROCR narrow what the process sees
-    narrowed = next((v for k, v in vis.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
+    narrowed = narrowed_ids(vis)
     count = len(narrowed) if narrowed is not None else count_node_gpus(root)
     device = f"cuda:{pick_device_index(local_rank, local_world_size, count)}" if count else "cpu"
     return {"visible_gpus": count, "device": device, "visibility": {k: v for k, v in vis.items() if v is not None}}

@@ -16,12 +16,14 @@ EXIT_REQUEUE = 75  # EX_TEMPFAIL: "try again later"
 
 def requeue_job(job_id: str, runner: Runner | None = None) -> tuple[bool, str]:
     """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done, message)."""
-    from exatrain.launch.runner import SlurmRunner  # subprocess only where SLURM is really called
+    from exatrain.launch.runner import CommandNotFound, SlurmRunner  # subprocess only where SLURM is really called
 
     try:
         r = (runner or SlurmRunner())(["scontrol", "requeue", job_id])
-    except ExatrainError:
+    except CommandNotFound:
         return False, "scontrol not found (container without SLURM tools?)"
+    except ExatrainError as e:  # scontrol did not answer in time
+        return False, e.message
     if r.returncode != 0:
         return False, f"scontrol requeue {job_id} failed: {(r.stderr or r.stdout).strip()}"
     return True, f"job {job_id} requeued"

@@ -26,10 +26,14 @@ class CommandResult:
     stderr: str
 
 
+class CommandNotFound(ExatrainError):
+    """The SLURM command is not on PATH (not a SLURM machine, or a container without SLURM's tools)."""
+
+
 class Runner(Protocol):
     """Runs one SLURM command (``args[0]`` is its name) and returns its result; never raises on a non-zero exit."""
 
-    def __call__(self, args: Sequence[str], *, input: str | None = None, cwd: str | None = None) -> CommandResult: ...
+    def __call__(self, args: Sequence[str], *, input: str | None = None) -> CommandResult: ...
 
 
 class SlurmRunner:
@@ -39,16 +43,16 @@ class SlurmRunner:
         self.env = dict(env) if env is not None else None
         self.timeout_s = timeout_s
 
-    def __call__(self, args: Sequence[str], *, input: str | None = None, cwd: str | None = None) -> CommandResult:
+    def __call__(self, args: Sequence[str], *, input: str | None = None) -> CommandResult:
         """Run ``args``; a missing command or a timeout is an ExatrainError with a HINT."""
         if args[0] not in COMMANDS:
             raise ValueError(f"not a SLURM command: {args[0]!r}")
         path = shutil.which(args[0], path=(self.env or {}).get("PATH"))
         if path is None:
-            raise ExatrainError(f"{args[0]} not found on PATH: this machine has no SLURM client commands",
+            raise CommandNotFound(f"{args[0]} not found on PATH: this machine has no SLURM client commands",
                                 "run this on a login node of the cluster, or use --dry-run to only print the script")
         try:
-            done = subprocess.run([path, *args[1:]], input=input, cwd=cwd, env=self.env, capture_output=True,
+            done = subprocess.run([path, *args[1:]], input=input, env=self.env, capture_output=True,
                                   text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise ExatrainError(f"{' '.join(args)} did not answer within {self.timeout_s:g} s",

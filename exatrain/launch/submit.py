@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
-from exatrain.launch.profiles import SiteProfile, is_profile_path, load_profile
+from exatrain.launch.profiles import is_profile_path, load_profile
 from exatrain.launch.sbatch import render_sbatch
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
@@ -39,13 +39,18 @@ class Prepared:
     """A job ready to submit: its script, the config its ranks read, and where both go."""
 
     spec: JobSpec
-    profile: SiteProfile
     run_dir: Path
-    script_path: Path
-    config_path: Path
     script: str
     config_text: str
     sweep: Sweep | None
+
+    @property
+    def script_path(self) -> Path:
+        return _beside_run_dir(self.run_dir, ".sbatch")
+
+    @property
+    def config_path(self) -> Path:
+        return _beside_run_dir(self.run_dir, ".toml")
 
     def output_paths(self, job_id: str) -> tuple[str, str]:
         """stdout and stderr files of the job with %x/%j/%A filled in (arrays keep %a and %j: one per task)."""
@@ -64,16 +69,21 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     `submit` runs in, which is the job's working directory as with plain sbatch.
     """
     run_dir = Path(cfg.run.dir).resolve()
-    script_path, config_path = run_dir.with_name(run_dir.name + ".sbatch"), run_dir.with_name(run_dir.name + ".toml")
-    job = dataclasses.replace(cfg.job, output=_beside(cfg.job.output, script_path.parent),
-                              error=_beside(cfg.job.error, script_path.parent))
+    job = dataclasses.replace(cfg.job, output=_beside(cfg.job.output, run_dir.parent),
+                              error=_beside(cfg.job.error, run_dir.parent))
     if is_profile_path(job.profile):
         job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
     cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
     text = to_toml(cfg)
-    return Prepared(spec, profile, run_dir, script_path, config_path,
-                    render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep), text, sweep)
+    config_path = _beside_run_dir(run_dir, ".toml")
+    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep),
+                    text, sweep)
+
+
+def _beside_run_dir(run_dir: Path, suffix: str) -> Path:
+    """runs/exp.sbatch, runs/exp.toml for run.dir = runs/exp."""
+    return run_dir.with_name(run_dir.name + suffix)
 
 
 def _beside(pattern: str, directory: Path) -> str:

@@ -47,7 +47,7 @@ def outer_tp_plan(sequence_parallel: bool, loss_parallel: bool) -> dict:
     """The plan of the parts of `TransformerLM` outside the blocks (embeddings, final norm, output).
 
     Entries name only the modules present, so a pipeline stage without embeddings or output can apply
-    the plan filtered to its own modules (see `exatrain.dist.parallelize.plan_for`).
+    the plan filtered to its own modules (`exatrain.dist.parallelize.apply_tp` drops the absent ones).
     """
     residual = Shard(1) if sequence_parallel else Replicate()
     plan = {

@@ -13,17 +13,17 @@ import torch
 from exatrain.checkpoint import load_model_file
 from exatrain.config import Config
 from exatrain.dist import DistContext, seed_everything
-from exatrain.dist.parallelize import load_full_state_dict, parallelize
-from exatrain.models.tp_plan import tp_plan
-from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.dist.parallelize import load_full_state_dict
+from exatrain.models.transformer import TransformerLM
 from exatrain.train.engine import DataParallelEngine
+from exatrain.train.model_layout import apply_layout, lm_from_config
 from exatrain.train.pipeline_engine import build_pipeline_engine
 
 
 def reference_model(cfg: Config, vocab_size: int) -> TransformerLM:
     """The plain CPU model a single-process run starts from: seeded init, or the init_from file."""
     seed_everything(cfg.train.seed)
-    model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    model = lm_from_config(cfg, vocab_size)
     if cfg.checkpoint.init_from:
         load_model_file(model, cfg.checkpoint.init_from)
     return model
@@ -33,12 +33,10 @@ def build_data_parallel_model(cfg: Config, dims, device: torch.device, vocab_siz
                               full_state: dict) -> TransformerLM:
     """The whole model for a layout without pipeline parallel, parallelised and loaded with `full_state`."""
     with torch.device("meta"):
-        model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
-    p = cfg.parallel
-    plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
-    parallelize(model, model.layers, dims, p, plan, device.type)
+        model = lm_from_config(cfg, vocab_size)
+    apply_layout(model, dims, cfg.parallel, device.type)
     # with CPU offload FSDP keeps the sharded parameters in CPU memory and copies them to the device per use
-    load_full_state_dict(model, torch.device("cpu") if p.cpu_offload else device, full_state)
+    load_full_state_dict(model, torch.device("cpu") if cfg.parallel.cpu_offload else device, full_state)
     return model
 
 

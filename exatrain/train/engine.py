@@ -25,10 +25,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
-from exatrain.dist.parallelize import all_reduce_gradients, apply_ddp
+from exatrain.dist.parallelize import all_reduce_gradients, apply_ddp, local_tensor
 
 
 class Engine:
@@ -42,6 +41,14 @@ class Engine:
     def _loss_context(self):
         # cross_entropy on vocabulary-sharded logits needs torch's context in forward AND backward
         return loss_parallel() if self.use_loss_parallel else contextlib.nullcontext()
+
+    def _context(self) -> contextlib.ExitStack:
+        """Loss parallel, then autocast: around a forward (and around a pipeline schedule's whole step,
+        whose backward runs inside the same call)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._loss_context())
+        stack.enter_context(self.autocast())
+        return stack
 
     def train(self, mode: bool = True) -> None:
         """Switch dropout (train) on or off (eval) in every model part."""
@@ -78,7 +85,7 @@ class DataParallelEngine(Engine):
                 with self.autocast():
                     loss = forward(x, y) / len(micro_batches)
                 loss.backward()
-            total += _plain(loss.detach())
+            total += local_tensor(loss.detach())  # replicated DTensor under loss parallel: the full value
         if self.replica_mesh is not None:
             all_reduce_gradients(self.model.parameters(), self.replica_mesh)
         return total
@@ -86,8 +93,8 @@ class DataParallelEngine(Engine):
     @torch.no_grad()
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Mean token loss of one batch."""
-        with self._loss_context(), self.autocast():
-            return _plain(self.model(x, y)).item()
+        with self._context():
+            return local_tensor(self.model(x, y)).item()
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""
@@ -101,7 +108,3 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-
-def _plain(t: torch.Tensor) -> torch.Tensor:
-    # the loss is a replicated DTensor under loss parallel; every rank holds its full value
-    return t.to_local() if isinstance(t, DTensor) else t

@@ -19,29 +19,21 @@ from collections.abc import Callable
 import torch
 
 from exatrain.config import Config
-from exatrain.dist.parallelize import load_full_state_dict, parallelize
-from exatrain.dist.pipeline import Pipeline, apply_replicate, gather_full_state_dict, stage_ids
+from exatrain.dist.parallelize import load_full_state_dict
+from exatrain.dist.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models.pipeline_split import split_for_stages
-from exatrain.models.tp_plan import tp_plan
-from exatrain.models.transformer import build_model, lm_loss
+from exatrain.models.transformer import lm_loss
 from exatrain.train.engine import Engine
+from exatrain.train.model_layout import apply_layout, lm_from_config
 
 
 class PipelineEngine(Engine):
     """This rank's pipeline stages and the schedule that runs them (interface of DataParallelEngine)."""
 
-    def __init__(self, rank_model: torch.nn.Module, pipeline: Pipeline, pp_group, num_params: int,
+    def __init__(self, rank_model: torch.nn.Module, pipeline: Pipeline, num_params: int,
                  use_loss_parallel: bool, autocast: Callable[[], contextlib.AbstractContextManager]):
         super().__init__([rank_model], num_params, use_loss_parallel, autocast)
-        self.pipeline, self.pp_group = pipeline, pp_group
-
-    def _context(self) -> contextlib.ExitStack:
-        """Autocast and loss parallel around a whole schedule step: the schedule runs forward, loss and
-        backward inside one call, and loss parallel's cross-entropy needs its context in both."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(self._loss_context())
-        stack.enter_context(self.autocast())
-        return stack
+        self.pipeline = pipeline
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward of all micro-batches through the pipeline; returns their mean loss,
@@ -57,7 +49,7 @@ class PipelineEngine(Engine):
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 ({} elsewhere); a collective over all ranks."""
-        return gather_full_state_dict(self.model_parts[0], self.pp_group) or {}
+        return gather_full_state_dict(self.model_parts[0], self.pipeline.group) or {}
 
 
 def build_pipeline_engine(cfg: Config, dims, device: torch.device, vocab_size: int, full_state: dict,
@@ -65,16 +57,13 @@ def build_pipeline_engine(cfg: Config, dims, device: torch.device, vocab_size: i
     """Build this rank's stages for the layout `dims` (mesh built), loaded with `full_state`."""
     p = cfg.parallel
     with torch.device("meta"):
-        model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+        model = lm_from_config(cfg, vocab_size)
     n_stages = dims.pp * p.pp_stages_per_rank
     ids = stage_ids(dims.coordinate("pp"), dims.pp, p.pp_stages_per_rank)
     rank_model, chunks = split_for_stages(model, ids, n_stages)
     for chunk in chunks:
-        plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
-        parallelize(chunk, chunk.layers, dims, p, plan, device.type)
-        if dims.ddp:
-            apply_replicate(chunk, dims.mesh("dp"))
+        apply_layout(chunk, dims, p, device.type)
         load_full_state_dict(chunk, device, full_state)
-    pp_group = dims.mesh("pp").get_group()
-    pipeline = Pipeline(chunks, ids, n_stages, pp_group, device, p.pp_schedule, dims.microbatches(p), lm_loss)
-    return PipelineEngine(rank_model, pipeline, pp_group, num_params, dims.tp_enabled and p.loss_parallel, autocast)
+    pipeline = Pipeline(chunks, ids, n_stages, dims.mesh("pp").get_group(), device, p.pp_schedule,
+                        dims.microbatches(p), lm_loss)
+    return PipelineEngine(rank_model, pipeline, num_params, dims.tp_enabled and p.loss_parallel, autocast)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor
 
 from exatrain.checkpoint import CheckpointManager, TrainingState
 from exatrain.checkpoint.preemption import PreemptionFlag
@@ -19,6 +18,7 @@ from exatrain.dist import DistContext, all_gather_objects, is_root, rank_seed, s
 from exatrain.env.devices import describe_devices
 from exatrain.dist.grad_norm import clip_grad_norm_
 from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.dist.parallelize import local_tensor
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
@@ -269,7 +269,7 @@ def weights_digest(model_parts) -> str:
     h = hashlib.sha256()
     for i, part in enumerate(model_parts):
         for name, p in sorted(part.state_dict().items()):
-            local = p.to_local() if isinstance(p, DTensor) else p
+            local = local_tensor(p)
             h.update(f"{i}.{name}".encode())
             h.update(np.ascontiguousarray(local.detach().float().cpu().numpy()).tobytes())
     return h.hexdigest()

@@ -15,11 +15,15 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from exatrain.config import Config
 from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.dist.parallelize import local_tensor
+from exatrain.dist.pipeline import stage_ids
 from exatrain.errors import ExatrainError
+from exatrain.models.pipeline_split import split_for_stages
+from exatrain.train.model_layout import apply_layout as apply_training_layout
+from exatrain.train.model_layout import lm_from_config
 
 
 @dataclass(frozen=True)
@@ -118,13 +122,13 @@ def meta_grad_bytes(stages, dims: ParallelDims, cfg: Config) -> int | None:
                 1, t // (dims.tp if p.sequence_parallel else 1), shape.dim, device="meta")
             out = chunk(x, tokens) if chunk.output is not None else chunk(x)
             (out if out.dim() == 0 else out.float().sum()).backward()
-    return sum(_local(q.grad).numel() * q.grad.element_size()
+    return sum(local_tensor(q.grad).numel() * q.grad.element_size()
                for _, m in stages for q in m.parameters() if q.grad is not None)
 
 
 def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims, grad_bytes: int | None) -> RankShards:
     params = [p for _, m in stages for p in m.parameters()]
-    elements = sum(_local(p).numel() for p in params)
+    elements = sum(local_tensor(p).numel() for p in params)
     units = [u for _, m in stages for u in fsdp_units(m, dims)] or [0]
     n_stages = dims.pp * len(stages)  # every pipeline rank runs the same number of chunks
     return RankShards(
@@ -132,21 +136,16 @@ def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims, grad_bytes: in
         blocks=tuple(len(m.layers) for _, m in stages),
         first=any(s == 0 for s, _ in stages), last=any(s == n_stages - 1 for s, _ in stages),
         param_elements=elements, param_tensors=len(params),
-        param_bytes=sum(_local(p).numel() * p.element_size() for p in params), grad_bytes=grad_bytes,
+        param_bytes=sum(local_tensor(p).numel() * p.element_size() for p in params), grad_bytes=grad_bytes,
         largest_unit_bytes=max(units), all_units_bytes=sum(units),
     )
-
-
-def _local(p: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a parameter (the tensor itself when it is not distributed)."""
-    return p.to_local() if isinstance(p, DTensor) else p
 
 
 def local_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
     """Bytes of this rank's local parameter, gradient and optimizer-state shards (works on real ranks and on
     meta tensors alike): what `exatrain plan` predicts and what the tests and benchmarks measure."""
     def nbytes(t):
-        t = _local(t)
+        t = local_tensor(t)
         return t.numel() * t.element_size()
 
     out = {"params": sum(nbytes(p) for p in model.parameters()),
@@ -172,20 +171,16 @@ def fsdp_units(model: torch.nn.Module, dims: ParallelDims) -> list[int]:
     for p in model.parameters():
         unit = owned.get(id(p))
         if unit is not None:
-            sizes[unit] = sizes.get(unit, 0) + _local(p).numel() * p.element_size() * dims.dp_shard
+            sizes[unit] = sizes.get(unit, 0) + local_tensor(p).numel() * p.element_size() * dims.dp_shard
     return list(sizes.values())
 
 
-# -- the layout itself, with the functions training uses (train/build.py, train/pipeline_engine.py) --
+# -- the layout itself, built and applied by the functions training uses (train/model_layout.py) --
 
 def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
     """[(stage index, chunk)] of the model chunks `pp_rank` runs (the whole model without PP), split as
     the pipeline engine splits them (models.pipeline_split, looped stage assignment)."""
-    from exatrain.dist.pipeline import stage_ids
-    from exatrain.models.pipeline_split import split_for_stages
-    from exatrain.models.transformer import build_model
-
-    model = build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    model = lm_from_config(cfg, vocab_size)
     if not dims.pp_enabled:
         return [(0, model)]
     spr = cfg.parallel.pp_stages_per_rank
@@ -194,15 +189,6 @@ def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank:
 
 
 def apply_layout(chunk, dims: ParallelDims, cfg: Config) -> None:
-    """The layout exactly as training applies it to a model or stage chunk (exatrain.dist.parallelize:
-    TP -> AC -> FSDP; FSDP2 replicate for pure replication under PP), without torch.compile, which changes
-    no shard and would only cost time on the meta device."""
-    from exatrain.dist.parallelize import parallelize
-    from exatrain.dist.pipeline import apply_replicate
-    from exatrain.models.tp_plan import tp_plan
-
-    p = replace(cfg.parallel, compile=False)
-    plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
-    parallelize(chunk, chunk.layers, dims, p, plan, "cpu")  # "cpu": never pin memory (needs a GPU) here
-    if dims.pp_enabled and dims.ddp:
-        apply_replicate(chunk, dims.mesh("dp"))
+    """The layout exactly as training applies it, without torch.compile, which changes no shard and would
+    only cost time on the meta device; "cpu" never pins memory (which needs a GPU)."""
+    apply_training_layout(chunk, dims, replace(cfg.parallel, compile=False), "cpu")

@@ -88,8 +88,9 @@ def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
         raise ConfigError(f"--vocab-size must be at least 2, got {vocab_size}",
                           "pass the tokenizer's vocabulary size, e.g. --vocab-size 32000")
     dims = preflight(cfg, world_size)
-    assumed = vocab_size is None and default_vocab(cfg)[1]
-    vocab = vocab_size or default_vocab(cfg)[0]
+    default, guessed = default_vocab(cfg)
+    assumed = vocab_size is None and guessed
+    vocab = vocab_size or default
     shards = [measure_rank(cfg, world_size, r, vocab) for r in representative_ranks(dims)]
     spec = activation_spec(cfg, dims, vocab)
     ranks = [rank_plan(s, cfg, dims, spec, gpu_memory_gb) for s in shards]

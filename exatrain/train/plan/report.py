@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from exatrain.train.plan.memory import GIB
 from exatrain.train.plan.planner import Plan
 
 ROWS = (  # (label, RankPlan attribute)
@@ -15,7 +16,7 @@ ROWS = (  # (label, RankPlan attribute)
 
 def gib(n: float) -> str:
     """Bytes as GiB (MiB below 1 GiB), e.g. '3.21 GiB'."""
-    return f"{n / 1024 ** 3:.2f} GiB" if n >= 1024 ** 3 else f"{n / 1024 ** 2:.1f} MiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2 ** 20:.1f} MiB"
 
 
 def to_json(plan: Plan) -> str:

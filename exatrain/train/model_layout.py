@@ -1,0 +1,28 @@
+"""The model of a layout, defined once: training builds it this way and `exatrain plan` measures it this way.
+
+A plan is only right while it applies the layout exactly as training does, so both call these.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from exatrain.config import Config, ParallelConfig
+from exatrain.dist.parallelize import parallelize
+from exatrain.dist.pipeline import apply_replicate
+from exatrain.models.tp_plan import tp_plan
+from exatrain.models.transformer import TransformerLM, build_model
+
+
+def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
+    """The language model the config describes (on the current default device: meta when building a layout)."""
+    return build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+
+
+def apply_layout(chunk: torch.nn.Module, dims, p: ParallelConfig, device_type: str) -> None:
+    """Parallelise a model or pipeline stage chunk for the layout `dims` (mesh built): TP -> AC -> compile ->
+    FSDP (exatrain.dist.parallelize), and FSDP2's replicate for pure replication under pipeline parallel."""
+    plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
+    parallelize(chunk, chunk.layers, dims, p, plan, device_type)
+    if dims.pp_enabled and dims.ddp:
+        apply_replicate(chunk, dims.mesh("dp"))
