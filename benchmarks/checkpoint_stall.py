@@ -21,7 +21,7 @@ import statistics
 import time
 
 from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch, step
-from exatrain.dist import is_root
+from exatrain.distributed import is_root
 
 MAX_FOLLOW_STEPS = 50  # steps to wait for a background save before blocking on it
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch
-from exatrain.dist import all_gather_objects, barrier, is_root
+from exatrain.distributed import all_gather_objects, barrier, is_root
 
 
 def dd_seconds(target: Path, mib: int) -> float:

@@ -53,7 +53,7 @@ def timed(step) -> float:
 def worker(a, env):
     import torch
 
-    from exatrain.dist import all_gather_objects, init_distributed, teardown
+    from exatrain.distributed import all_gather_objects, init_distributed, teardown
     from exatrain.train.run import prepare_data
     from exatrain.train.trainer import Trainer
 

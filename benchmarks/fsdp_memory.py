@@ -53,7 +53,7 @@ def measure(cfg, ctx):
 def worker(a, env):
     import torch
 
-    from exatrain.dist import all_gather_objects, init_distributed, teardown
+    from exatrain.distributed import all_gather_objects, init_distributed, teardown
 
     torch.set_num_threads(1)
     ctx = init_distributed(env, "cpu", timeout_s=300)

@@ -1,7 +1,7 @@
 """Tokens/s and MFU of the reference model on ONE GPU: exatrain's layout code vs a plain PyTorch loop.
 
 For each size that fits one GPU, in the same run and on the same random token batches:
-  * exatrain: the model built on the meta device, torch.compile per block (exatrain.dist.parallelize),
+  * exatrain: the model built on the meta device, torch.compile per block (exatrain.distributed.parallelize),
     FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 gradient reduction (apply_fsdp), weights loaded
     with load_full_state_dict, AdamW from exatrain.train.optim, gradient clipping as the trainer does;
   * plain: the same model on the GPU, torch.compile(model), autocast(bf16), torch.optim.AdamW, clipping.
@@ -50,8 +50,8 @@ def exatrain_side(size, a, device, full_state):
     from torch.distributed.device_mesh import init_device_mesh
 
     from exatrain.config import load_config
-    from exatrain.dist.parallel_dims import ParallelDims
-    from exatrain.dist.parallelize import apply_fsdp, load_full_state_dict, parallelize
+    from exatrain.distributed.parallel_dims import ParallelDims
+    from exatrain.distributed.parallelize import apply_fsdp, load_full_state_dict, parallelize
     from exatrain.models.transformer import build_model
     from exatrain.train.optim import build_optimizer
 

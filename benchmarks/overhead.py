@@ -18,7 +18,7 @@ import torch
 
 from exatrain.config import load_config
 from exatrain.data import make_batch
-from exatrain.dist import init_distributed, seed_everything
+from exatrain.distributed import init_distributed, seed_everything
 from exatrain.env import detect_environment
 from exatrain.models.transformer import build_model
 from exatrain.train.optim import build_optimizer, build_scheduler

@@ -18,7 +18,7 @@ from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, re
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
 from exatrain.checkpoint.writer import checkpoint_writer
-from exatrain.dist import all_gather_objects, all_ranks, any_rank, barrier, is_root
+from exatrain.distributed import all_gather_objects, all_ranks, any_rank, barrier, is_root
 from exatrain.errors import ExatrainError
 
 # DCP reports failures as CheckpointException, which derives from BaseException, not Exception.

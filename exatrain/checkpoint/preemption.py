@@ -11,7 +11,7 @@ import signal
 
 import torch
 
-from exatrain.dist import any_rank
+from exatrain.distributed import any_rank
 from exatrain.errors import ConfigError
 
 

@@ -25,7 +25,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from exatrain.dist import rank
+from exatrain.distributed import rank
 
 WRITER_THREADS = 2
 WRITEBACK_CHUNK = 8 << 20  # bytes between early write-back requests
@@ -132,7 +132,7 @@ class CheckpointWriter(FileSystemWriter):
         return future
 
 
-# Test hook, for tests/dist/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
+# Test hook, for tests/distributed/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
 # but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files meanwhile), so that a
 # test can kill -9 a rank while the save is in flight. Never set in real runs.
 PAUSE_HOOK = "EXATRAIN_TEST_SAVE_PAUSE"

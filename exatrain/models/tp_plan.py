@@ -1,7 +1,7 @@
 """Tensor-parallel plans of the reference model (`exatrain.models.transformer`), next to the model.
 
 A plan maps module names (relative to the module it is applied to) to torch ParallelStyles; the
-model-agnostic `exatrain.dist.parallelize.apply_tp` applies it. Megatron-style split of a block:
+model-agnostic `exatrain.distributed.parallelize.apply_tp` applies it. Megatron-style split of a block:
 
     attention: wq, wk, wv column-wise (each rank computes H/tp heads), wo row-wise (partial sums reduced)
     ffn:       w1 column-wise (hidden/tp units), w2 row-wise
@@ -47,7 +47,7 @@ def outer_tp_plan(sequence_parallel: bool, loss_parallel: bool) -> dict:
     """The plan of the parts of `TransformerLM` outside the blocks (embeddings, final norm, output).
 
     Entries name only the modules present, so a pipeline stage without embeddings or output can apply
-    the plan filtered to its own modules (`exatrain.dist.parallelize.apply_tp` drops the absent ones).
+    the plan filtered to its own modules (`exatrain.distributed.parallelize.apply_tp` drops the absent ones).
     """
     residual = Shard(1) if sequence_parallel else Replicate()
     plan = {

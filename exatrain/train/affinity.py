@@ -3,7 +3,7 @@ rank 0 prints one table, and a mismatch warns (dist.affinity = warn) or fails th
 
 from __future__ import annotations
 
-from exatrain.dist import DistContext, all_gather_objects, print0
+from exatrain.distributed import DistContext, all_gather_objects, print0
 from exatrain.env.affinity import check_rank, format_table, physical_gpu
 from exatrain.errors import ExatrainError
 from exatrain.launch.profiles import load_profile

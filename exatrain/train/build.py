@@ -1,7 +1,7 @@
 """Build this rank's model for the layout and the engine that runs it.
 
 The model is created on the meta device (no memory), parallelised (TP -> AC -> compile -> FSDP, see
-`exatrain.dist.parallelize`), materialised on the rank's device, and filled from the weights a
+`exatrain.distributed.parallelize`), materialised on the rank's device, and filled from the weights a
 single-process run would start from (a seeded plain model, or `checkpoint.init_from`). So every layout
 starts from bit-identical weights, which makes layouts comparable step by step.
 """
@@ -12,8 +12,8 @@ import torch
 
 from exatrain.checkpoint import load_model_file
 from exatrain.config import Config
-from exatrain.dist import DistContext, seed_everything
-from exatrain.dist.parallelize import load_full_state_dict
+from exatrain.distributed import DistContext, seed_everything
+from exatrain.distributed.parallelize import load_full_state_dict
 from exatrain.models.transformer import TransformerLM
 from exatrain.train.engine import DataParallelEngine
 from exatrain.train.model_layout import apply_layout, lm_from_config

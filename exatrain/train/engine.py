@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor.parallel import loss_parallel
 
-from exatrain.dist.parallelize import all_reduce_gradients, apply_ddp, local_tensor
+from exatrain.distributed.parallelize import all_reduce_gradients, apply_ddp, local_tensor
 
 
 class Engine:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from exatrain.config import Config, ParallelConfig
-from exatrain.dist.parallelize import parallelize
-from exatrain.dist.pipeline import apply_replicate
+from exatrain.distributed.parallelize import parallelize
+from exatrain.distributed.pipeline import apply_replicate
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import TransformerLM, build_model
 
@@ -21,7 +21,7 @@ def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
 
 def apply_layout(chunk: torch.nn.Module, dims, p: ParallelConfig, device_type: str) -> None:
     """Parallelise a model or pipeline stage chunk for the layout `dims` (mesh built): TP -> AC -> compile ->
-    FSDP (exatrain.dist.parallelize), and FSDP2's replicate for pure replication under pipeline parallel."""
+    FSDP (exatrain.distributed.parallelize), and FSDP2's replicate for pure replication under pipeline parallel."""
     plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
     parallelize(chunk, chunk.layers, dims, p, plan, device_type)
     if dims.pp_enabled and dims.ddp:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 
 from exatrain.config import Config
-from exatrain.dist.parallelize import load_full_state_dict
-from exatrain.dist.pipeline import Pipeline, gather_full_state_dict, stage_ids
+from exatrain.distributed.parallelize import load_full_state_dict
+from exatrain.distributed.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.transformer import lm_loss
 from exatrain.train.engine import Engine

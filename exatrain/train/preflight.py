@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exatrain.config import Config
 from exatrain.config.checks import check_choice
-from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape

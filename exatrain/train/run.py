@@ -6,7 +6,7 @@ from pathlib import Path
 
 from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
-from exatrain.dist import init_distributed, teardown
+from exatrain.distributed import init_distributed, teardown
 from exatrain.env import detect_environment
 from exatrain.train.affinity import check_affinity
 from exatrain.train.preflight import preflight

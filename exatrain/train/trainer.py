@@ -14,11 +14,11 @@ from exatrain.checkpoint import CheckpointManager, TrainingState
 from exatrain.checkpoint.preemption import PreemptionFlag
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
-from exatrain.dist import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
+from exatrain.distributed import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
 from exatrain.env.devices import describe_devices
-from exatrain.dist.grad_norm import clip_grad_norm_
-from exatrain.dist.parallel_dims import ParallelDims
-from exatrain.dist.parallelize import local_tensor
+from exatrain.distributed.grad_norm import clip_grad_norm_
+from exatrain.distributed.parallel_dims import ParallelDims
+from exatrain.distributed.parallelize import local_tensor
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler

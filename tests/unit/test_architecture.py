@@ -3,7 +3,7 @@
 - each package imports only from packages in its own layer or above;
 - models never imports train, checkpoint or data;
 - config, env and launch import no torch (submitting from a login node stays instant);
-- only env/ reads cluster variables from os.environ; only dist/ writes os.environ.
+- only env/ reads cluster variables from os.environ; only distributed/ writes os.environ.
 """
 
 import ast
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
-LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"dist"},
+LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"distributed"},
           {"models", "data", "checkpoint"}, {"train"}, {"cli"}]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE)_?")
@@ -68,7 +68,7 @@ def test_layer_rules(path):
             assert target not in ("train", "checkpoint", "data"), f"models/{path.name} imports {name}"
     for kind, key in _environ_accesses(tree):
         if kind == "write":
-            assert pkg == "dist", f"{pkg}/{path.name} writes os.environ[{key!r}]: only dist/ sets such variables"
+            assert pkg == "distributed", f"{pkg}/{path.name} writes os.environ[{key!r}]: only distributed/ sets such variables"
         elif key and CLUSTER_VAR.match(key):
             assert pkg == "env", f"{pkg}/{path.name} reads cluster variable {key}: only env/ reads those"
 

@@ -4,7 +4,7 @@ process group exists (so a wrong layout fails at once with a HINT)."""
 import pytest
 
 from exatrain.config import load_config
-from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
 from exatrain.train.preflight import preflight

@@ -3,7 +3,7 @@ and the activation formula against the bytes autograd really saves.
 
 The 16,384-rank case uses torch's fake process group (no real ranks: this machine has 2 cores); the
 per-rank parameter/gradient/optimizer bytes are checked against real gloo ranks in
-tests/dist/test_plan_memory.py.
+tests/distributed/test_plan_memory.py.
 """
 
 import json

@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 
 from exatrain.config import Config
-from exatrain.dist.parallel_dims import ParallelDims
-from exatrain.dist.parallelize import local_tensor
-from exatrain.dist.pipeline import stage_ids
+from exatrain.distributed.parallel_dims import ParallelDims
+from exatrain.distributed.parallelize import local_tensor
+from exatrain.distributed.pipeline import stage_ids
 from exatrain.errors import ExatrainError
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.train.model_layout import apply_layout as apply_training_layout

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from exatrain.config import Config
-from exatrain.dist.parallel_dims import ParallelDims
+from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
 from exatrain.train.plan import memory

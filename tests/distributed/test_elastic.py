@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from tests.conftest import finish, run_exatrain, started_exatrain, wait_for, worker_pid
-from tests.dist.helpers import train_losses
+from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

@@ -18,7 +18,7 @@ import torch
 
 from exatrain.data import GlobalBatchSampler
 from tests.conftest import run_exatrain
-from tests.dist.helpers import train_losses
+from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

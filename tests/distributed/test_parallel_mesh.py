@@ -5,9 +5,9 @@ import json
 import pytest
 
 from exatrain.config import load_config
-from exatrain.dist import init_distributed, teardown
-from exatrain.dist.parallel_dims import ParallelDims
-from tests.dist.helpers import spawn
+from exatrain.distributed import init_distributed, teardown
+from exatrain.distributed.parallel_dims import ParallelDims
+from tests.distributed.helpers import spawn
 
 pytestmark = pytest.mark.dist
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from exatrain.dist.join import roll_call
+from exatrain.distributed.join import roll_call
 from exatrain.env import ClusterEnvironment
 from exatrain.env.devices import pick_device_index, visibility_problem
 from exatrain.env.master_check import check_master

@@ -1,10 +1,10 @@
 """Process groups, devices and rank-aware helpers on top of torch.distributed."""
 
-from exatrain.dist.collectives import (
+from exatrain.distributed.collectives import (
     all_gather_objects, all_ranks, any_rank, barrier, is_root, mean_across_ranks, print0, rank, save0, sum_across_ranks, world_size,
 )
-from exatrain.dist.process_group import DistContext, init_distributed, select_backend, select_device, teardown
-from exatrain.dist.seed import rank_seed, seed_everything
+from exatrain.distributed.process_group import DistContext, init_distributed, select_backend, select_device, teardown
+from exatrain.distributed.seed import rank_seed, seed_everything
 
 __all__ = [
     "DistContext", "all_gather_objects", "all_ranks", "any_rank", "barrier", "init_distributed", "is_root", "mean_across_ranks", "print0",

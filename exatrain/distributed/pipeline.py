@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from exatrain.dist.parallelize import local_tensor
+from exatrain.distributed.parallelize import local_tensor
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
 MULTI_STAGE = ("interleaved_1f1b",)  # schedules that take a list of stages (several per rank)

@@ -1,4 +1,4 @@
-"""exatrain.dist on real gloo process groups started without torchrun (the srun/mpirun path)."""
+"""exatrain.distributed on real gloo process groups started without torchrun (the srun/mpirun path)."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from exatrain.dist import (
+from exatrain.distributed import (
     all_gather_objects, init_distributed, mean_across_ranks, print0, save0, select_backend, select_device,
     sum_across_ranks, teardown,
 )
@@ -18,7 +18,7 @@ from exatrain.errors import ExatrainError
 pytestmark = pytest.mark.dist
 
 
-from tests.dist.helpers import free_port as _free_port, mpi_env as _mpi_env
+from tests.distributed.helpers import free_port as _free_port, mpi_env as _mpi_env
 
 
 def _worker(rank, world, port, out):

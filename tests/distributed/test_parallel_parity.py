@@ -20,7 +20,7 @@ single-process model here; its eval loss on the same windows must equal what the
 import pytest
 import torch
 
-from tests.dist.cli_runs import assert_same_training, max_diff, train_run
+from tests.distributed.cli_runs import assert_same_training, max_diff, train_run
 
 pytestmark = pytest.mark.dist
 

@@ -20,7 +20,7 @@ a 2-stage pipeline resumes in ONE process, and the single process's checkpoint r
 
 import pytest
 
-from tests.dist.cli_runs import assert_same_training, max_diff, train_run
+from tests.distributed.cli_runs import assert_same_training, max_diff, train_run
 
 pytestmark = pytest.mark.dist
 

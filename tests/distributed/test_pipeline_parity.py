@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from exatrain.config import load_config
-from exatrain.dist import init_distributed, teardown
-from exatrain.dist.parallel_dims import ParallelDims
-from exatrain.dist.grad_norm import clip_grad_norm_
-from exatrain.dist.pipeline import Pipeline, gather_full_state_dict, stage_ids
+from exatrain.distributed import init_distributed, teardown
+from exatrain.distributed.parallel_dims import ParallelDims
+from exatrain.distributed.grad_norm import clip_grad_norm_
+from exatrain.distributed.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models import model_shape
 from exatrain.models.pipeline_split import split_for_stages, stage_layer_ranges
 from exatrain.models.transformer import TransformerLM, lm_loss
-from tests.dist.helpers import spawn
+from tests.distributed.helpers import spawn
 
 pytestmark = pytest.mark.dist
 

@@ -16,7 +16,7 @@ import torch
 
 from exatrain.train.records import read_metrics
 from tests.conftest import finish, started_exatrain, wait_for, worker_pid
-from tests.dist.helpers import train_losses
+from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

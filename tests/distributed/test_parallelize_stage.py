@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from exatrain.config import load_config
-from exatrain.dist import init_distributed, teardown
-from exatrain.dist.parallel_dims import ParallelDims
-from exatrain.dist.parallelize import load_full_state_dict, parallelize
+from exatrain.distributed import init_distributed, teardown
+from exatrain.distributed.parallel_dims import ParallelDims
+from exatrain.distributed.parallelize import load_full_state_dict, parallelize
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import build_model
-from tests.dist.helpers import spawn
+from tests.distributed.helpers import spawn
 
 pytestmark = pytest.mark.dist
 

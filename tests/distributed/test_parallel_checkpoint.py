@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from tests.conftest import run_exatrain
-from tests.dist.helpers import train_losses
+from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 

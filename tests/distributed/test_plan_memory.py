@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from exatrain.config import load_config
-from exatrain.dist import init_distributed, teardown
+from exatrain.distributed import init_distributed, teardown
 from exatrain.train.plan import make_plan
 from exatrain.train.plan.layout import local_state_bytes
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
-from tests.dist.helpers import spawn
+from tests.distributed.helpers import spawn
 
 pytestmark = pytest.mark.dist
 
