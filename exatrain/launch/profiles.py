@@ -108,7 +108,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     for key in ("gpus_per_node", "cores_per_node", "usable_cores", "default_cpus_per_gpu", "default_mem_per_gpu_gb"):
         values[key] = _typed(data, key, int, source)
     values["cpu_masks"] = tuple(_str_list(data, "cpu_masks", source))
-    values["comm_env"] = _str_table(data, "comm_env", source)
+    values["comm_env"] = _with_gloo_interfaces(_str_table(data, "comm_env", source), source)
     values["caches"] = _str_table(data, "caches", source)
     rules = data.get("billing")
     if not isinstance(rules, list) or not rules:
@@ -167,6 +167,24 @@ def _str_table(data: dict[str, Any], key: str, source: str) -> tuple[tuple[str, 
             raise ConfigError(f"{source}: [{key}] name {name!r} is not a valid environment variable name",
                               "use letters, digits and underscores, not starting with a digit")
     return tuple(sorted(value.items()))
+
+
+def _with_gloo_interfaces(env: tuple[tuple[str, str], ...], source: str) -> tuple[tuple[str, str], ...]:
+    """Where a profile names NCCL's interfaces, gloo (CPU groups, async saves) must use the same ones.
+
+    A plain list of interface names is copied to GLOO_SOCKET_IFNAME; NCCL's prefix syntax (``^`` to exclude,
+    ``=`` for exact names) means nothing to gloo, so such a value needs an explicit GLOO_SOCKET_IFNAME.
+    """
+    table = dict(env)
+    nccl = table.get("NCCL_SOCKET_IFNAME")
+    if nccl is None or "GLOO_SOCKET_IFNAME" in table:
+        return env
+    if nccl.startswith(("^", "=")):
+        raise ConfigError(f"{source}: [comm_env] sets NCCL_SOCKET_IFNAME = {nccl!r} but no GLOO_SOCKET_IFNAME",
+                          "add GLOO_SOCKET_IFNAME with the interface names gloo should use (a comma-separated "
+                          "list of exact names, e.g. \"ib0,ib1\")")
+    table["GLOO_SOCKET_IFNAME"] = nccl
+    return tuple(sorted(table.items()))
 
 
 def _rule(data: Any, source: str) -> BillingRule:
