@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.requeue import EXIT_REQUEUE
 from exatrain.launch.spec import JobSpec
@@ -236,9 +237,11 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
         "# step's node list) and port (from job and step id) from SLURM's variables itself: no exports needed.",
         "# --cpus-per-task is repeated because srun does not inherit it from sbatch (Slurm >= 22.05).",
     ]
-    if profile.cpu_masks:
-        lines.append("# --cpu-bind: local rank i gets the cores closest to GPU i (mask i of the profile).")
-        srun.append(f"--cpu-bind=mask_cpu:{','.join(profile.cpu_masks)}")
+    binding = cpu_binding(spec, profile)
+    if binding.reason:
+        lines.append(f"# --cpu-bind: {binding.reason}.")
+    if binding.masks:
+        srun.append(f"--cpu-bind=mask_cpu:{','.join(binding.masks)}")
     words = [" ".join(srun), shlex.join(_container(spec, profile, rank.run_dir)), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 

@@ -11,18 +11,9 @@ from exatrain.config.load import config_from_dict
 from exatrain.config.schema import JobConfig
 from exatrain.errors import ConfigError
 from exatrain.launch.profiles import SiteProfile
+from exatrain.launch.timefmt import format_slurm_time, parse_slurm_time
 
 LAUNCH_MODES = ("srun", "torchrun")
-# Every time form sbatch accepts (man sbatch, --time), as (regex, field names); nothing else is a limit.
-_TIME_FORMS = tuple((re.compile(pattern), names) for pattern, names in (
-    (r"(\d+)", ("m",)),
-    (r"(\d+):([0-5]?\d)", ("m", "s")),
-    (r"(\d+):([0-5]?\d):([0-5]?\d)", ("h", "m", "s")),
-    (r"(\d+)-(\d+)", ("d", "h")),
-    (r"(\d+)-(\d+):([0-5]?\d)", ("d", "h", "m")),
-    (r"(\d+)-(\d+):([0-5]?\d):([0-5]?\d)", ("d", "h", "m", "s")),
-))
-_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _SIGNAL = re.compile(r"(?:B:)?[A-Z][A-Z0-9]*@\d+")
 # Beyond these a value is a typo, not a job (the largest GPU systems have some 10 000 nodes).
 _ABSURD = {"nodes": 100_000, "gpus_per_node": 64, "cpus_per_task": 1024, "mem_per_gpu_gb": 8192}
@@ -104,6 +95,32 @@ class JobSpec(JobConfig):
                 f"{profile.usable_cores} usable cores per node of profile {profile.name!r}",
                 f"use job.cpus_per_task <= {profile.usable_cores // ranks}, or 0 for the profile default "
                 f"({profile.default_cpus_per_gpu})")
+        self._check_partition_limits(profile)
+
+    def _check_partition_limits(self, profile: SiteProfile) -> None:
+        """The partition's documented limits (profile [[partitions]]): nodes, time and memory per node."""
+        name = self.partition or profile.partition
+        part = profile.partition_named(name)
+        if part is None:
+            return
+        others = ", ".join(p.name for p in profile.partitions if p.name != name)
+        if part.max_nodes and self.nodes > part.max_nodes:
+            raise ConfigError(f"job.nodes = {self.nodes} exceeds the {part.max_nodes} nodes a job may have on "
+                              f"partition {name!r} (profile {profile.name!r})",
+                              f"use at most {part.max_nodes} nodes there, or another partition ({others})")
+        limit = parse_slurm_time(part.max_time) if part.max_time else None
+        if limit and self.seconds() > limit:
+            raise ConfigError(f"job.time = {self.time!r} exceeds the {part.max_time} limit of partition {name!r} "
+                              f"(profile {profile.name!r})",
+                              f"ask for at most {part.max_time} and resume from the checkpoint in a follow-up job "
+                              "(checkpoint.resume = \"auto\"), or use another partition")
+        per_node = self.ranks_per_node(profile) * self.mem_gb(profile)
+        if part.mem_per_node_gb and per_node > part.mem_per_node_gb:
+            raise ConfigError(f"{self.ranks_per_node(profile)} GPUs x {self.mem_gb(profile)} GB (job.mem_per_gpu_gb) = "
+                              f"{per_node} GB per node exceed the {part.mem_per_node_gb} GB a job may have per node on "
+                              f"partition {name!r}",
+                              f"use job.mem_per_gpu_gb <= {part.mem_per_node_gb // self.ranks_per_node(profile)}, "
+                              "or 0 for the profile default")
 
     def _check(self) -> None:
         if self.nodes < 1:
@@ -187,25 +204,6 @@ class JobSpec(JobConfig):
                     raise ConfigError(f"job.{f.name} contains a control character (newline, tab, ...): {text!r}",
                                       "remove it: a newline would end the #SBATCH line and start a new script line")
 
-
-
-def parse_slurm_time(text: str) -> int | None:
-    """Seconds of a SLURM time limit in one of sbatch's six forms; None for anything else."""
-    for pattern, names in _TIME_FORMS:
-        match = pattern.fullmatch(text.strip()) if text.strip() == text else None
-        if match:
-            values = dict(zip(names, map(int, match.groups())))
-            if "d" in values and values["h"] > 23:
-                return None
-            return sum(_SECONDS[k] * v for k, v in values.items())
-    return None
-
-
-def format_slurm_time(seconds: int) -> str:
-    """[D-]HH:MM:SS of a number of seconds."""
-    days, rest = divmod(seconds, 86400)
-    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 def check_signal_handled(spec: JobSpec, handled: str) -> None:

@@ -177,3 +177,31 @@ def test_dry_run_prints_shell_quoted_commands(tmp_path):
     line = next(l for l in done.stderr.splitlines() if "dry run" in l)
     command = line.split("then run: ", 1)[1]
     assert shlex.split(command) == ["sbatch", "--parsable", f"{run_dir}.sbatch"]
+
+
+# --- point 3: partial nodes and shared partitions --------------------------------------------------------
+
+# Seed slides (slurm-facts.md): the cores closest to each GCD, GCD 0..7 (core 0 of each CCD is reserved).
+SEED_GCD_CORES = [(49, 55), (57, 63), (17, 23), (25, 31), (1, 7), (9, 15), (33, 39), (41, 47)]
+SEED_MASKS = [hex(sum(1 << c for c in range(a, b + 1))) for a, b in SEED_GCD_CORES]
+
+
+def _bind_line(text):
+    return next((l for l in text.splitlines() if l.startswith("srun --ntasks-per-node=")), "")
+
+
+@pytest.mark.parametrize(("spec", "masks"), [
+    (dict(), True),                                          # standard-g, all 8 GCDs: whole node, masks
+    (dict(gpus_per_node=4), False),                          # standard-g, 4 of 8 GCDs: which GCDs is SLURM's choice
+    (dict(partition="small-g", gpus_per_node=2), False),     # shared: the step holds 14 cores SLURM picked
+    (dict(partition="small-g"), True),                       # shared but all 8 GCDs x 7 = 56 usable cores
+    (dict(partition="dev-g", cpus_per_task=6), False),       # 48 of 56 cores: not the masks' cores
+])
+def test_lumi_masks_only_where_the_job_holds_their_cores(spec, masks):
+    text = render_sbatch(JobSpec(**spec), load_profile("lumi-g"), "runs/x")
+    line = _bind_line(text)
+    if masks:
+        assert f"--cpu-bind=mask_cpu:{','.join(SEED_MASKS)}" in line
+    else:
+        assert "--cpu-bind" not in line
+        assert "# --cpu-bind: no per-GPU masks:" in text and "SLURM binds each task" in text
