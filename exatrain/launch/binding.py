@@ -6,7 +6,8 @@ has, the step may hold other cores than the masks name, and binding to cores out
 overlaps another job. LUMI's documentation, too, applies its binding recipe to full-node allocations.
 So masks are used only where the job holds the cores they name: every GPU of a node, on a partition that
 allocates whole nodes or with every usable core requested. Otherwise SLURM binds each task to cores of its
-own allocation, and the script says why there are no masks.
+own allocation, and the script says why there are no masks. (CPU profiles list one mask per local rank of
+the user's own nodes; they are always used.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def cpu_binding(spec: JobSpec, profile: SiteProfile) -> Binding:
     """The profile's masks where the job holds exactly the cores they name; else none, with the reason."""
     if not profile.cpu_masks:
         return Binding((), "")
+    if not profile.gpus_per_node:  # CPU nodes: one mask per local rank, for the user's own nodes
+        return Binding(profile.cpu_masks, "local rank i gets mask i of the profile")
     ranks, cpus = spec.ranks_per_node(profile), spec.cpus(profile)
     partition = spec.partition or profile.partition
     part = profile.partition_named(partition)

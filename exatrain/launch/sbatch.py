@@ -246,6 +246,15 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 
 
+def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    """One task per node holds all the node's cores: srun cannot bind per GPU, exatrain's trainer does."""
+    binding = cpu_binding(spec, profile)
+    if binding.masks:
+        return ["# CPU binding: srun cannot bind per GPU here (one task per node); exatrain's trainer binds each",
+                "# worker to the profile's mask of its GPU before it allocates (other commands stay unbound)."]
+    return [f"# CPU binding: {binding.reason}."] if binding.reason else []
+
+
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
     container = shlex.join(_container(spec, profile, rank.run_dir))
@@ -265,8 +274,7 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         'echo "rendezvous at $RDZV_HEAD:$RDZV_PORT"',
         "# Launch: one task per node runs torchrun, which starts one worker per GPU. The first node hosts the",
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
-        "# Per-GPU CPU masks cannot be applied by srun here (one task per node): use srun mode to bind them.",
-    ]
+    ] + _torchrun_binding_note(spec, profile)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
              f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
