@@ -80,6 +80,8 @@ class SiteProfile:
     billing: tuple[BillingRule, ...] = _f("Billing rules, tried in order (see exatrain.launch.billing).")
     gpu_memory_gb: float = _f("Memory of one GPU in GiB (LUMI: one MI250X GCD); 0 = unknown. Used by `exatrain plan`.", 0.0)
     partitions: tuple[Partition, ...] = _f("[[partitions]] tables: limits and allocation mode of known partitions.", ())
+    container_binds: tuple[str, ...] = _f("Host paths every container must see (LUMI: the Slingshot/CXI libraries "
+                                          "and slurmd's spool directory, so RCCL uses the high-speed network).", ())
 
     def partition_named(self, name: str) -> Partition | None:
         """The [[partitions]] entry of ``name`` (None when the profile does not describe it)."""
@@ -127,6 +129,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     for key in ("gpus_per_node", "cores_per_node", "usable_cores", "default_cpus_per_gpu", "default_mem_per_gpu_gb"):
         values[key] = _typed(data, key, int, source)
     values["cpu_masks"] = tuple(_str_list(data, "cpu_masks", source))
+    values["container_binds"] = tuple(_str_list(data, "container_binds", source))
     values["comm_env"] = _with_gloo_interfaces(_str_table(data, "comm_env", source), source)
     values["caches"] = _str_table(data, "caches", source)
     rules = data.get("billing")

@@ -30,15 +30,16 @@ RDZV_PY = ("import sys; from exatrain.env.hostlist import expand_nodelist; from 
 
 
 def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str, config: tuple[str, str] | None = None,
-                  sweep: Sweep | None = None) -> str:
+                  sweep: Sweep | None = None, binds: tuple[str, ...] = ()) -> str:
     """The whole script: header, environment, per-node preparation and the launch line.
 
     ``config`` = (file, TOML text): the script writes the text to the file and exatrain's trainer reads it
     with ``--config``, so the script is all a job needs. With a ``sweep`` the script is a job array whose
-    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key.
+    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key. ``binds``: further paths
+    the ranks read or write (launch.containers), bound into a container besides the run directory.
     """
     spec.check_against(profile)
-    rank_args = _Trainer(run_dir, config[0] if config else "", sweep)
+    rank_args = _Trainer(run_dir, config[0] if config else "", sweep, binds)
     parts = [
         _shebang(spec, profile),
         "\n".join(f"#SBATCH {flag}" for flag in sbatch_flags(spec, profile, sweep)),
@@ -157,10 +158,13 @@ def _environment(spec: JobSpec, profile: SiteProfile) -> str:
     return "\n".join(lines)
 
 
-def _container(spec: JobSpec, profile: SiteProfile, run_dir: str) -> list[str]:
+def _container(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> list[str]:
+    """The container prefix: the site's paths (profile container_binds), the run directory, the node-local
+    caches, the paths the ranks read or write, and the user's binds."""
     if not spec.container_image:
         return []
-    binds = sorted(set(spec.container_binds) | {run_dir, profile.node_local_tmp})
+    binds = sorted(set(spec.container_binds) | set(profile.container_binds) | set(rank.binds)
+                   | {rank.run_dir, profile.node_local_tmp})
     return [profile.container_runtime, "exec", f"--bind={','.join(binds)}", spec.container_image]
 
 
@@ -193,6 +197,7 @@ class _Trainer:
     run_dir: str
     config_file: str
     sweep: Sweep | None
+    binds: tuple[str, ...] = ()
 
 
 def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
@@ -242,7 +247,7 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
         lines.append(f"# --cpu-bind: {binding.reason}.")
     if binding.masks:
         srun.append(f"--cpu-bind=mask_cpu:{','.join(binding.masks)}")
-    words = [" ".join(srun), shlex.join(_container(spec, profile, rank.run_dir)), _command(spec, profile, rank)]
+    words = [" ".join(srun), shlex.join(_container(spec, profile, rank)), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 
 
@@ -257,7 +262,7 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
 
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
-    container = shlex.join(_container(spec, profile, rank.run_dir))
+    container = shlex.join(_container(spec, profile, rank))
     py = (container + " " if container else "") + f"python3 -c {shlex.quote(RDZV_PY)}"
     is_host = 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"'
     torchrun = [

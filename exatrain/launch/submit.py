@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
+from exatrain.launch.containers import rank_paths
 from exatrain.launch.profiles import is_profile_path, load_profile
 from exatrain.launch.sbatch import _is_exatrain_train, render_sbatch
 from exatrain.launch.spec import JobSpec, check_signal_handled
@@ -79,7 +80,8 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
         check_signal_handled(spec, cfg.checkpoint.signals)
     text = to_toml(cfg)
     config_path = _beside_run_dir(run_dir, ".toml")
-    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep),
+    binds = rank_paths(cfg, run_dir, Path.cwd()) if spec.container_image else ()
+    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep, binds),
                     text, sweep)
 
 

@@ -205,3 +205,55 @@ def test_lumi_masks_only_where_the_job_holds_their_cores(spec, masks):
     else:
         assert "--cpu-bind" not in line
         assert "# --cpu-bind: no per-GPU masks:" in text and "SLURM binds each task" in text
+
+
+# --- point 6: containers ---------------------------------------------------------------------------------
+
+def _binds(script):
+    words = shlex.split(next(l for l in script.splitlines() if " exec --bind=" in l).rstrip("\\"))
+    return [b.split(":")[0] for b in next(w for w in words if w.startswith("--bind="))[len("--bind="):].split(",")]
+
+
+def _under(path, binds):
+    from pathlib import Path
+
+    return any(Path(path).is_relative_to(b) for b in binds)
+
+
+@pytest.mark.parametrize("mode", ["srun", "torchrun"])
+def test_every_path_the_ranks_use_lies_under_a_bind(tmp_path, monkeypatch, mode):
+    """The rank command's --config and --run.dir, and every path of the configuration the ranks read (data,
+    token cache, checkpoint, user profile; relative ones against the job's working directory) are bound."""
+    import tomllib
+
+    from exatrain.config import load_config
+    from exatrain.launch.submit import prepare
+
+    work = tmp_path / "work"
+    (work / "corpus").mkdir(parents=True)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "init.pt").write_text("x")
+    profile = tmp_path / "site" / "mine.toml"
+    profile.parent.mkdir()
+    profile.write_text((PROFILE_DIR / "lumi-g.toml").read_text())
+    monkeypatch.chdir(work)
+    cfg = work / "job.toml"
+    cfg.write_text(f'[run]\ndir = "/scratch/p/runs/exp1"\n[data]\nkind = "text"\npath = "corpus"\n'
+                   f'cache_dir = "{tmp_path}/tokens/new"\n[checkpoint]\ninit_from = "{tmp_path}/ckpt/init.pt"\n'
+                   f'[job]\nprofile = "../site/mine.toml"\nlaunch = "{mode}"\ncontainer_image = "/img/pt.sif"\n')
+    job = prepare(load_config(str(cfg), []))
+    binds = _binds(job.script)
+    command = shlex.split(" ".join(l.rstrip("\\") for l in job.script.splitlines()
+                                   if "--config=" in l or "--run.dir=" in l))
+    used = [w.split("=", 1)[1] for w in command if w.startswith(("--config=", "--run.dir="))]
+    resolved = tomllib.loads(job.config_text)
+    used += [resolved["run"]["dir"], resolved["data"]["path"], resolved["data"]["cache_dir"],
+             resolved["checkpoint"]["init_from"], resolved["job"]["profile"],
+             str(job.run_dir.parent / ".cache" / "data")]  # the default token cache (train.run.cache_dir)
+    assert len(used) >= 8
+    for path in used:
+        absolute = path if path.startswith("/") else str(work / path)
+        assert _under(absolute, binds), (path, binds)
+    # LUMI's container docs: the minimal bindings for MPI/RCCL over Slingshot
+    for site in ("/var/spool/slurmd", "/opt/cray", "/usr/lib64/libcxi.so.1"):
+        assert site in binds
