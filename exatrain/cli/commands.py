@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -202,8 +203,8 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
     runner = runner or SlurmRunner()
     if args.dry_run:
         print(job.script, end="")
-        print(f"# dry run: would write {job.script_path} and {job.config_path}, then run: "
-              f"sbatch --parsable {job.script_path}", file=sys.stderr)
+        print(f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
+              f"then run: {shlex.join(['sbatch', '--parsable', str(job.script_path)])}", file=sys.stderr)
         return 0
     if args.test_only:
         print(f"SLURM would accept it: {check_schedulable(job, runner)}")

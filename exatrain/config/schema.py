@@ -135,7 +135,7 @@ class JobConfig:
     cpus_per_task: int = doc(0, "CPU cores per rank (one rank per GPU); 0 = the profile's default. torchrun mode "
                                 "asks for this times the ranks per node for its one task per node.")
     mem_per_gpu_gb: int = doc(0, "Memory per GPU in GB (--mem-per-gpu); 0 = the profile's default (may be none).")
-    time: str | int = doc("00:30:00", "Time limit: HH:MM:SS, D-HH:MM:SS or whole minutes (90).")
+    time: str | int = doc("00:30:00", "Time limit in any sbatch form: minutes (90), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.")
     partition: str = doc("", "SLURM partition; empty = the profile's default partition.")
     account: str = doc("", "Project/account to charge (LUMI: project_465000123); empty = none given.")
     reservation: str = doc("", "SLURM reservation; empty = none.")
@@ -144,7 +144,8 @@ class JobConfig:
     output: str = doc("%x-%j.out", "stdout file pattern (%x = job name, %j = job id, %a = array task); "
                                    "relative to the run directory's parent.")
     error: str = doc("", "stderr file pattern; empty = together with stdout.")
-    extra_sbatch: tuple[str, ...] = doc((), "Extra sbatch flags written verbatim as #SBATCH lines, e.g. [\"--exclusive\"].")
+    extra_sbatch: tuple[str, ...] = doc((), "Extra sbatch flags written verbatim as #SBATCH lines, e.g. [\"--exclusive\"]; "
+                                            "flags exatrain writes itself (or that contradict them, like --mem) are refused.")
     env: tuple[tuple[str, str], ...] = doc((), "Extra environment: a [job.env] table of NAME = \"value\"; wins over "
                                                "the profile's presets.")
     container_image: str = doc("", "Singularity/Apptainer image to run the ranks in; empty = no container.")
@@ -156,7 +157,8 @@ class JobConfig:
     command: tuple[str, ...] = doc(("exatrain", "train"), "What each rank runs; exatrain's trainer also gets the "
                                                           "run directory and this configuration.")
     signal: str = doc("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); empty = "
-                                  "none. Without B: it reaches the ranks, with B: only the batch shell.")
+                                  "none. It reaches every rank and must be one of checkpoint.signals; the lead time "
+                                  "must lie inside job.time (B: is refused: nothing forwards it).")
 
 
 @dataclass(frozen=True)

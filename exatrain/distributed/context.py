@@ -113,7 +113,7 @@ def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, 
         seed_everything(seed)
         if not quiet:
             print0(summary(ctx))
-        check_affinity(dist_ctx, profile or JobConfig().profile, "off" if quiet and affinity == "warn" else affinity)
+        check_affinity(dist_ctx, JobConfig(profile=profile) if profile else JobConfig(), "off" if quiet and affinity == "warn" else affinity)
     except BaseException:
         ctx._abort()
         raise

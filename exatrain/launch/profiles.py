@@ -12,6 +12,7 @@ from typing import Any
 
 from exatrain.config.load import read_toml
 from exatrain.errors import ConfigError
+from exatrain.launch.timefmt import parse_slurm_time
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 VENDORS = ("nvidia", "amd", "none")
@@ -44,6 +45,19 @@ class BillingRule:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """What one partition allows a job (the site's documented limits; 0 or empty = not known, not checked)."""
+
+    name: str = _f("Partition name as SLURM knows it.")
+    whole_nodes: bool = _f("True where SLURM allocates (and the site bills) whole nodes whatever the job asks for; "
+                           "false on shared partitions, where a job gets only the cores, GPUs and memory it asks for.",
+                           False)
+    max_nodes: int = _f("Most nodes one job may have; 0 = not known.", 0)
+    max_time: str = _f("Longest time limit, [D-]HH:MM:SS; empty = not known.", "")
+    mem_per_node_gb: int = _f("Memory a job may ask for per node in GB; 0 = not known.", 0)
+
+
+@dataclass(frozen=True)
 class SiteProfile:
     """One cluster's node shape, bindings, communication presets, caches and billing rules."""
 
@@ -65,6 +79,13 @@ class SiteProfile:
     caches: tuple[tuple[str, str], ...] = _f("Cache variable -> sub-directory of the node-local cache dir.")
     billing: tuple[BillingRule, ...] = _f("Billing rules, tried in order (see exatrain.launch.billing).")
     gpu_memory_gb: float = _f("Memory of one GPU in GiB (LUMI: one MI250X GCD); 0 = unknown. Used by `exatrain plan`.", 0.0)
+    partitions: tuple[Partition, ...] = _f("[[partitions]] tables: limits and allocation mode of known partitions.", ())
+    container_binds: tuple[str, ...] = _f("Host paths every container must see (LUMI: the Slingshot/CXI libraries "
+                                          "and slurmd's spool directory, so RCCL uses the high-speed network).", ())
+
+    def partition_named(self, name: str) -> Partition | None:
+        """The [[partitions]] entry of ``name`` (None when the profile does not describe it)."""
+        return next((p for p in self.partitions if p.name == name), None)
 
     @property
     def cpu_ranks_per_node(self) -> int:
@@ -108,7 +129,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     for key in ("gpus_per_node", "cores_per_node", "usable_cores", "default_cpus_per_gpu", "default_mem_per_gpu_gb"):
         values[key] = _typed(data, key, int, source)
     values["cpu_masks"] = tuple(_str_list(data, "cpu_masks", source))
-    values["comm_env"] = _str_table(data, "comm_env", source)
+    values["container_binds"] = tuple(_str_list(data, "container_binds", source))
+    values["comm_env"] = _with_gloo_interfaces(_str_table(data, "comm_env", source), source)
     values["caches"] = _str_table(data, "caches", source)
     rules = data.get("billing")
     if not isinstance(rules, list) or not rules:
@@ -116,6 +138,10 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
                           "add at least one [[billing]] table, e.g. rule = \"gpu-hours\" with units_per_gpu_hour = 1.0")
     values["gpu_memory_gb"] = _typed(data, "gpu_memory_gb", float, source, 0.0)
     values["billing"] = tuple(_rule(r, f"{source} [[billing]] #{i + 1}") for i, r in enumerate(rules))
+    tables = data.get("partitions", [])
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: partitions must be a list of [[partitions]] tables", "write [[partitions]] tables")
+    values["partitions"] = tuple(_partition(t, f"{source} [[partitions]] #{i + 1}") for i, t in enumerate(tables))
     profile = SiteProfile(**values)
     _check_values(profile, source)
     return profile
@@ -169,6 +195,24 @@ def _str_table(data: dict[str, Any], key: str, source: str) -> tuple[tuple[str, 
     return tuple(sorted(value.items()))
 
 
+def _with_gloo_interfaces(env: tuple[tuple[str, str], ...], source: str) -> tuple[tuple[str, str], ...]:
+    """Where a profile names NCCL's interfaces, gloo (CPU groups, async saves) must use the same ones.
+
+    A plain list of interface names is copied to GLOO_SOCKET_IFNAME; NCCL's prefix syntax (``^`` to exclude,
+    ``=`` for exact names) means nothing to gloo, so such a value needs an explicit GLOO_SOCKET_IFNAME.
+    """
+    table = dict(env)
+    nccl = table.get("NCCL_SOCKET_IFNAME")
+    if nccl is None or "GLOO_SOCKET_IFNAME" in table:
+        return env
+    if nccl.startswith(("^", "=")):
+        raise ConfigError(f"{source}: [comm_env] sets NCCL_SOCKET_IFNAME = {nccl!r} but no GLOO_SOCKET_IFNAME",
+                          "add GLOO_SOCKET_IFNAME with the interface names gloo should use (a comma-separated "
+                          "list of exact names, e.g. \"ib0,ib1\")")
+    table["GLOO_SOCKET_IFNAME"] = nccl
+    return tuple(sorted(table.items()))
+
+
 def _rule(data: Any, source: str) -> BillingRule:
     _check_keys(data, BillingRule, source, "the billing rule")
     kind = _typed(data, "rule", str, source)
@@ -188,6 +232,16 @@ def _rule(data: Any, source: str) -> BillingRule:
         cores_per_gpu=_typed(data, "cores_per_gpu", int, source, 0),
         mem_gb_per_gpu=_typed(data, "mem_gb_per_gpu", float, source, 0.0),
     )
+
+
+def _partition(data: Any, source: str) -> Partition:
+    _check_keys(data, Partition, source, "the partition")
+    part = Partition(name=_typed(data, "name", str, source), whole_nodes=_typed(data, "whole_nodes", bool, source, False),
+                     max_nodes=_typed(data, "max_nodes", int, source, 0), max_time=_typed(data, "max_time", str, source, ""),
+                     mem_per_node_gb=_typed(data, "mem_per_node_gb", int, source, 0))
+    if part.max_time and not parse_slurm_time(part.max_time):
+        raise ConfigError(f"{source}: max_time = {part.max_time!r} is not a SLURM time", "write [D-]HH:MM:SS, e.g. \"2-00:00:00\"")
+    return part
 
 
 def _check_values(p: SiteProfile, source: str) -> None:

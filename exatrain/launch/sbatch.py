@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from exatrain.errors import ConfigError
+from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.requeue import EXIT_REQUEUE
 from exatrain.launch.spec import JobSpec
@@ -32,15 +33,16 @@ RDZV_PY = ("import sys; from exatrain.env.hostlist import expand_nodelist; from 
 
 
 def render_sbatch(spec: JobSpec, profile: SiteProfile, run_dir: str, config: tuple[str, str] | None = None,
-                  sweep: Sweep | None = None) -> str:
+                  sweep: Sweep | None = None, binds: tuple[str, ...] = ()) -> str:
     """The whole script: header, environment, per-node preparation and the launch line.
 
     ``config`` = (file, TOML text): the script writes the text to the file and exatrain's trainer reads it
     with ``--config``, so the script is all a job needs. With a ``sweep`` the script is a job array whose
-    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key.
+    task i trains in ``RUN_DIR/array-i`` with the i-th value of every swept key. ``binds``: further paths
+    the ranks read or write (launch.containers), bound into a container besides the run directory.
     """
     spec.check_against(profile)
-    rank_args = _Trainer(run_dir, config[0] if config else "", sweep)
+    rank_args = _Trainer(run_dir, config[0] if config else "", sweep, binds)
     parts = [
         _shebang(spec, profile),
         "\n".join(f"#SBATCH {flag}" for flag in sbatch_flags(spec, profile, sweep)),
@@ -161,10 +163,13 @@ def _environment(spec: JobSpec, profile: SiteProfile) -> str:
     return "\n".join(lines)
 
 
-def _container(spec: JobSpec, profile: SiteProfile, run_dir: str) -> list[str]:
+def _container(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> list[str]:
+    """The container prefix: the site's paths (profile container_binds), the run directory, the node-local
+    caches, the paths the ranks read or write, and the user's binds."""
     if not spec.container_image:
         return []
-    binds = sorted(set(spec.container_binds) | {run_dir, profile.node_local_tmp})
+    binds = sorted(set(spec.container_binds) | set(profile.container_binds) | set(rank.binds)
+                   | {rank.run_dir, profile.node_local_tmp})
     return [profile.container_runtime, "exec", f"--bind={','.join(binds)}", spec.container_image]
 
 
@@ -197,6 +202,7 @@ class _Trainer:
     run_dir: str
     config_file: str
     sweep: Sweep | None
+    binds: tuple[str, ...] = ()
 
 
 def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
@@ -302,16 +308,27 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     srun = ["srun", f"--ntasks-per-node={spec.ranks_per_node(profile)}", '--cpus-per-task="$SLURM_CPUS_PER_TASK"']
     lines = ["# Launch: one task per GPU. " + _SRUN_NOTE[command_kind(list(spec.command))],
              "# --cpus-per-task is repeated because srun does not inherit it from sbatch (Slurm >= 22.05)."]
-    if profile.cpu_masks:
-        lines.append("# --cpu-bind: local rank i gets the cores closest to GPU i (mask i of the profile).")
-        srun.append(f"--cpu-bind=mask_cpu:{','.join(profile.cpu_masks)}")
-    words = [" ".join(srun), shlex.join(_container(spec, profile, rank.run_dir)), _command(spec, profile, rank)]
+    binding = cpu_binding(spec, profile)
+    if binding.reason:
+        lines.append(f"# --cpu-bind: {binding.reason}.")
+    if binding.masks:
+        srun.append(f"--cpu-bind=mask_cpu:{','.join(binding.masks)}")
+    words = [" ".join(srun), shlex.join(_container(spec, profile, rank)), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
+
+
+def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    """One task per node holds all the node's cores: srun cannot bind per GPU, exatrain's trainer does."""
+    binding = cpu_binding(spec, profile)
+    if binding.masks:
+        return ["# CPU binding: srun cannot bind per GPU here (one task per node); exatrain's trainer binds each",
+                "# worker to the profile's mask of its GPU before it allocates (other commands stay unbound)."]
+    return [f"# CPU binding: {binding.reason}."] if binding.reason else []
 
 
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
-    container = shlex.join(_container(spec, profile, rank.run_dir))
+    container = shlex.join(_container(spec, profile, rank))
     py = (container + " " if container else "") + f"python3 -c {shlex.quote(RDZV_PY)}"
     is_host = 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"'
     torchrun = [
@@ -328,8 +345,7 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         'echo "rendezvous at $RDZV_HEAD:$RDZV_PORT"',
         "# Launch: one task per node runs torchrun, which starts one worker per GPU. The first node hosts the",
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
-        "# Per-GPU CPU masks cannot be applied by srun here (one task per node): use srun mode to bind them.",
-    ]
+    ] + _torchrun_binding_note(spec, profile)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
              f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
+from exatrain.launch.containers import rank_paths
 from exatrain.launch.profiles import is_profile_path, load_profile
-from exatrain.launch.sbatch import render_sbatch
-from exatrain.launch.spec import JobSpec
+from exatrain.launch.sbatch import _is_exatrain_train, render_sbatch
+from exatrain.launch.spec import JobSpec, check_signal_handled
 from exatrain.launch.sweep import Sweep
 
 if TYPE_CHECKING:  # the runner module (subprocess) is loaded only where SLURM is really called
@@ -75,9 +76,12 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
         job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
     cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
+    if _is_exatrain_train(list(spec.command)):
+        check_signal_handled(spec, cfg.checkpoint.signals)
     text = to_toml(cfg)
     config_path = _beside_run_dir(run_dir, ".toml")
-    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep),
+    binds = rank_paths(cfg, run_dir, Path.cwd()) if spec.container_image else ()
+    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep, binds),
                     text, sweep)
 
 

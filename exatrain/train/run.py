@@ -8,7 +8,7 @@ from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
 from exatrain.distributed import init_distributed, teardown
 from exatrain.env import detect_environment
-from exatrain.distributed.affinity import check_affinity
+from exatrain.distributed.affinity import bind_torchrun_worker, check_affinity
 from exatrain.train.preflight import preflight
 from exatrain.train.trainer import Trainer
 
@@ -29,14 +29,22 @@ def prepare_data(cfg: Config) -> Corpus:
     return load_corpus(d.kind, d.path or None, cache_dir(cfg), **options)
 
 
+def _uses_gpu(device: str) -> bool:
+    """Whether init_distributed will put this rank on a GPU (device auto/cuda with one present)."""
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
 def run_training(cfg: Config, environ=None) -> dict:
     """Train on this rank as part of whatever job it belongs to; returns the run summary."""
     env = detect_environment(environ, **cfg.dist.env_options())
     dims = preflight(cfg, env.world_size)
+    bound = bind_torchrun_worker(cfg.job, env.kind, env.local_rank, _uses_gpu(cfg.train.device))
     ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
     try:
         dims.build_mesh(ctx.device.type)
-        check_affinity(ctx, cfg.job.profile, cfg.dist.affinity)
+        check_affinity(ctx, cfg.job, cfg.dist.affinity, bound)
         corpus = prepare_data(cfg)
         return Trainer(cfg, ctx, corpus, dims).fit()
     finally:

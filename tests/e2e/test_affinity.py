@@ -49,3 +49,19 @@ def test_strict_fails_the_run(tmp_path, profile):
     ok = run_exatrain(["train", "--nproc=1", "--dist.affinity=strict", f"--job.profile={profile}",
                        f"--run.dir={tmp_path}/ok", *TINY], cwd=tmp_path, timeout=300, wrap=["taskset", "-c", "0"])
     assert ok.returncode == 0, ok.stderr
+
+
+def test_torchrun_mode_workers_bind_themselves_to_their_masks(tmp_path, profile):
+    """launch = "torchrun": one task holds every core of the node, so each worker binds itself to its mask
+    before it allocates (here: worker 0 -> core 0, worker 1 -> core 1, really applied by the kernel); a mask
+    the task does not hold is left alone and said so."""
+    r = run_exatrain(["train", "--nproc=2", "--job.launch=torchrun", f"--job.profile={profile}",
+                      f"--run.dir={tmp_path}/run", *TINY], cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
+    assert rows["0"][2:6] == ["cpu", "0", "0", "ok"] and rows["1"][2:6] == ["cpu", "1", "1", "ok"], r.stdout
+    assert "each worker bound itself to the profile's mask" in r.stdout
+    held = run_exatrain(["train", "--nproc=2", "--job.launch=torchrun", f"--job.profile={profile}",
+                         f"--run.dir={tmp_path}/held", *TINY], cwd=tmp_path, timeout=300, wrap=["taskset", "-c", "1"])
+    assert held.returncode == 0, held.stderr
+    assert "worker 0 not bound to its mask (cores 0): its task holds only 1" in held.stdout, held.stdout

@@ -80,7 +80,7 @@ def test_spec_from_dict_and_errors():
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(nodes=0), "at least 1"), (dict(launch="mpirun"), "not a launch mode"), (dict(time="1:5"), "not a time"),
+    (dict(nodes=0), "at least 1"), (dict(launch="mpirun"), "not a launch mode"), (dict(time="1:5:5:5"), "not a SLURM time"),
     (dict(time="0"), "not a time"), (dict(signal="USR2"), "SIG@SECONDS"), (dict(extra_sbatch=("-N2",)), "long flag"),
 ])
 def test_spec_value_errors(kwargs, match):
