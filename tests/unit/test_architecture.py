@@ -1,9 +1,14 @@
-"""The layer rules of docs/architecture, checked on the source (AST), so a change that breaks them fails CI.
+"""The layer rules of the README's "Layout and tests" section, checked on the source (AST), so a change that
+breaks them fails CI.
 
-- each package imports only from packages in its own layer or above;
+- each package imports only from packages in its own layer or above (the order of LAYERS below);
 - models never imports train, checkpoint or data;
 - config, env and launch import no torch (submitting from a login node stays instant);
-- only env/ reads cluster variables from os.environ; only distributed/ writes os.environ.
+- only env/ reads the process environment: outside env/, a read names its variable (a string or a module
+  constant), never a cluster variable, and the whole environment (``os.environ.copy()``, ``dict(os.environ)``,
+  passing ``os.environ`` on, iterating it) is used only at the places listed in WHOLE_ENVIRONMENT, with the
+  reason; ``from os import environ`` / ``getenv`` and ``import os as x`` are followed;
+- only distributed/ writes os.environ.
 """
 
 import ast
@@ -13,10 +18,17 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
-LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"distributed"},
+LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"distributed"},
           {"models", "data", "checkpoint"}, {"train"}, {"cli"}]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
-CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE)_?")
+CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE|"
+                         r"MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK)(_|$)")
+WHOLE_ENVIRONMENT = {
+    "launch/local.py": "copied as the environment of the torchrun agent it starts",
+    "distributed/process_group.py": "handed to env's visibility_problem, which reads it",
+}
+_READ_METHODS = {"get", "__getitem__", "__contains__"}
+_WRITE_METHODS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}
 
 
 def _modules():
@@ -36,19 +48,74 @@ def _imports(tree: ast.AST):
             yield node.module
 
 
-def _environ_accesses(tree: ast.AST):
-    """(kind, key) for os.environ[...] reads/writes, os.environ.get/setdefault/update and os.getenv."""
+def _constants(tree: ast.AST) -> dict[str, str]:
+    """Module-level NAME = "string" assignments, to resolve keys such as os.environ.get(PAUSE_HOOK)."""
+    return {t.id: node.value.value for node in getattr(tree, "body", []) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _aliases(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """Names bound to the os module, to os.environ(b) and to os.getenv/putenv/unsetenv."""
+    mods, environs, funcs = set(), set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
-            key = node.slice.value if isinstance(node.slice, ast.Constant) else None
-            yield ("write" if isinstance(node.ctx, (ast.Store, ast.Del)) else "read"), key
-        elif isinstance(node, ast.Call):
-            func = ast.unparse(node.func)
-            key = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
-            if func in ("os.environ.get", "os.getenv"):
+        if isinstance(node, ast.Import):
+            mods |= {a.asname or a.name for a in node.names if a.name == "os"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            environs |= {a.asname or a.name for a in node.names if a.name in ("environ", "environb")}
+            funcs |= {a.asname or a.name for a in node.names if a.name in ("getenv", "putenv", "unsetenv")}
+    return mods, environs, funcs
+
+
+def _environ_accesses(tree: ast.AST):
+    """(kind, key) for every use of the process environment: kind is read, write or whole (the mapping
+    itself used: copied, iterated, passed on); key is the variable name, or None when it cannot be resolved."""
+    mods, environs, funcs = _aliases(tree)
+    consts = _constants(tree)
+    parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def key_of(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return consts.get(node.id) if isinstance(node, ast.Name) else None
+
+    def is_environ(node):
+        if isinstance(node, ast.Name):
+            return node.id in environs
+        return (isinstance(node, ast.Attribute) and node.attr in ("environ", "environb")
+                and isinstance(node.value, ast.Name) and node.value.id in mods)
+
+    def is_env_func(node):
+        if isinstance(node, ast.Name):
+            return node.id in funcs
+        return (isinstance(node, ast.Attribute) and node.attr in ("getenv", "putenv", "unsetenv")
+                and isinstance(node.value, ast.Name) and node.value.id in mods)
+
+    for node in ast.walk(tree):
+        if is_env_func(node) and isinstance(parent.get(node), ast.Call) and parent[node].func is node:
+            call = parent[node]
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            yield ("read" if name == "getenv" else "write"), (key_of(call.args[0]) if call.args else None)
+        elif is_env_func(node) and not (isinstance(parent.get(node), ast.ImportFrom)):
+            yield "whole", None  # os.getenv passed around as a value
+        if not is_environ(node):
+            continue
+        up = parent.get(node)
+        if isinstance(up, ast.Subscript) and up.value is node:
+            yield ("write" if isinstance(up.ctx, (ast.Store, ast.Del)) else "read"), key_of(up.slice)
+        elif isinstance(up, ast.Attribute) and isinstance(parent.get(up), ast.Call) and parent[up].func is up:
+            call = parent[up]
+            key = key_of(call.args[0]) if call.args else None
+            if up.attr in _READ_METHODS:
                 yield "read", key
-            elif func in ("os.environ.update", "os.environ.setdefault", "os.environ.pop", "os.putenv"):
+            elif up.attr in _WRITE_METHODS:
                 yield "write", key
+            else:  # copy, items, keys, values, ...
+                yield "whole", None
+        elif isinstance(up, ast.Compare) and node in up.comparators and isinstance(up.ops[0], (ast.In, ast.NotIn)):
+            yield "read", key_of(up.left)
+        else:
+            yield "whole", None
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
@@ -66,17 +133,50 @@ def test_layer_rules(path):
         assert LEVEL.get(target, 0) <= LEVEL[pkg], f"{pkg}/{path.name} imports {name}: a lower layer"
         if pkg == "models":
             assert target not in ("train", "checkpoint", "data"), f"models/{path.name} imports {name}"
+    rel = str(path.relative_to(PKG))
     for kind, key in _environ_accesses(tree):
         if kind == "write":
-            assert pkg == "distributed", f"{pkg}/{path.name} writes os.environ[{key!r}]: only distributed/ sets such variables"
-        elif key and CLUSTER_VAR.match(key):
-            assert pkg == "env", f"{pkg}/{path.name} reads cluster variable {key}: only env/ reads those"
+            assert pkg == "distributed", f"{rel} writes os.environ[{key!r}]: only distributed/ sets such variables"
+        elif pkg == "env":
+            continue
+        elif kind == "whole":
+            assert rel in WHOLE_ENVIRONMENT, (f"{rel} uses the whole process environment: only env/ reads it "
+                                              "(pass values in from env/, or list the place in WHOLE_ENVIRONMENT with the reason)")
+        elif key is None:
+            pytest.fail(f"{rel} reads an environment variable whose name this test cannot resolve: name it with "
+                        "a string or a module-level constant")
+        else:
+            assert not CLUSTER_VAR.match(key), f"{rel} reads cluster variable {key}: only env/ reads those"
 
 
-def test_the_rules_catch_a_violation(tmp_path):
-    """The checks above are not vacuous: a module that breaks each rule is caught."""
-    bad = ast.parse("import os\nimport torch\nfrom exatrain.train import x\nos.environ['MASTER_ADDR'] = 'h'\n"
-                    "os.environ.get('SLURM_JOB_ID')\n")
+@pytest.mark.parametrize("source, expected", [
+    ("import os\nos.environ['MASTER_ADDR'] = 'h'", ("write", "MASTER_ADDR")),
+    ("import os\nos.environ.get('SLURM_JOB_ID')", ("read", "SLURM_JOB_ID")),
+    ("from os import environ\nenviron['SLURM_PROCID']", ("read", "SLURM_PROCID")),
+    ("from os import environ as e\ne.get('SLURM_NTASKS', '1')", ("read", "SLURM_NTASKS")),
+    ("import os as o\no.getenv('OMPI_COMM_WORLD_RANK')", ("read", "OMPI_COMM_WORLD_RANK")),
+    ("from os import getenv\ngetenv('PMI_RANK')", ("read", "PMI_RANK")),
+    ("import os\n'SLURM_JOB_ID' in os.environ", ("read", "SLURM_JOB_ID")),
+    ("import os\nKEY = 'SLURM_JOB_ID'\nos.environ[KEY]", ("read", "SLURM_JOB_ID")),
+    ("import os\nos.environ.copy()", ("whole", None)),
+    ("import os\ndict(os.environ)", ("whole", None)),
+    ("import os\n{**os.environ}", ("whole", None)),
+    ("import os\nfor k in os.environ: pass", ("whole", None)),
+    ("from os import environ\nf(environ)", ("whole", None)),
+    ("import os\nos.environ.update(A='1')", ("write", None)),
+    ("import os\nos.putenv('RANK', '0')", ("write", "RANK")),
+    ("import os\nos.environ.get(name)", ("read", None)),
+])
+def test_the_rules_catch_each_way_of_touching_the_environment(source, expected):
+    """The environment checks are not vacuous: each spelling of a read or write is seen with its key."""
+    assert expected in list(_environ_accesses(ast.parse(source)))
+
+
+def test_the_rules_ignore_a_parameter_named_environ():
+    """env/ functions take an `environ` mapping argument; outside `from os import environ` it is not os's."""
+    assert list(_environ_accesses(ast.parse("def f(environ):\n    return environ.get('SLURM_JOB_ID')"))) == []
+
+
+def test_the_import_rules_catch_a_violation():
+    bad = ast.parse("import os\nimport torch\nfrom exatrain.train import x\n")
     assert "torch" in list(_imports(bad)) and "exatrain.train" in _imports(bad)
-    assert ("write", "MASTER_ADDR") in list(_environ_accesses(bad))
-    assert ("read", "SLURM_JOB_ID") in list(_environ_accesses(bad))

@@ -97,6 +97,27 @@ def test_a_file_that_cannot_be_created_fails_the_save_without_a_thread_traceback
     assert torch.serialization.get_crc32_options()
 
 
-def test_fsync_dir_accepts_folders_and_ignores_missing_ones(tmp_path):
+def test_fsync_dir_syncs_folders_closes_them_and_ignores_missing_ones(tmp_path, monkeypatch):
+    """Spies on os.open/os.fsync/os.close (the real calls still run): the folder itself is synced through
+    one descriptor that is closed again; a missing folder and a file system refusing fsync are no errors."""
+    opened, synced, closed = [], [], []
+    real_open, real_fsync, real_close = os.open, os.fsync, os.close
+    monkeypatch.setattr(os, "open", lambda p, flags, *a: opened.append((str(p), real_open(p, flags, *a)))
+                        or opened[-1][1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
+
     fsync_dir(tmp_path)
+    assert [p for p, _ in opened] == [str(tmp_path)]
+    assert synced == [opened[0][1]] and closed == [opened[0][1]]
+
     fsync_dir(tmp_path / "missing")
+    assert len(opened) == 1 and len(synced) == 1, "a missing folder is neither opened nor synced"
+
+    def refuse(fd):
+        synced.append(fd)
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    fsync_dir(tmp_path)
+    assert len(synced) == 2 and closed == [opened[0][1], opened[1][1]], "closed even when fsync is refused"

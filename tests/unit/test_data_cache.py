@@ -84,17 +84,20 @@ def test_incomplete_entry_is_ignored_and_replaced(tmp_path):
     assert (entry / DONE).is_file() and entries(tmp_path) == [entry]
 
 
-def _slow_build(seed, log_dir):
+_HANG_S = 600  # only a hang guard: the barriers, not the clock, order the writers
+
+
+def _racing_build(seed, log_dir, inside):
     Path(log_dir, str(os.getpid())).touch()
-    time.sleep(0.3)  # keep every writer inside its build at the same time
+    inside.wait(timeout=_HANG_S)  # every writer is inside its build before any may publish
     return synthetic_corpus(seed=seed, **SMALL)
 
 
-def _writer(cache_dir, log_dir, barrier, queue):
+def _writer(cache_dir, log_dir, barrier, inside, queue):
     import functools
 
-    barrier.wait()
-    c = cached_corpus(cache_dir, "synthetic", [], {"seed": 5}, functools.partial(_slow_build, 5, log_dir))
+    barrier.wait(timeout=_HANG_S)
+    c = cached_corpus(cache_dir, "synthetic", [], {"seed": 5}, functools.partial(_racing_build, 5, log_dir, inside))
     h = hashlib.sha256()
     for s in ("train", "valid", "test"):
         h.update(np.ascontiguousarray(c.splits[s]).tobytes())
@@ -107,12 +110,12 @@ def test_concurrent_writers_all_succeed_with_identical_data(tmp_path):
     n = 4
     cache, builds = tmp_path / "cache", tmp_path / "builds"
     builds.mkdir()
-    barrier, queue = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(str(cache), str(builds), barrier, queue)) for _ in range(n)]
+    barrier, inside, queue = ctx.Barrier(n), ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(str(cache), str(builds), barrier, inside, queue)) for _ in range(n)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(_HANG_S)
     assert [p.exitcode for p in procs] == [0] * n
     digests = {queue.get(timeout=5)[1] for _ in range(n)}
     assert len(digests) == 1

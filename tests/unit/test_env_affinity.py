@@ -11,12 +11,18 @@ from exatrain.env.affinity import (
 )
 from exatrain.launch import load_profile
 from exatrain.launch.profiles import PROFILE_DIR
+from tests.unit.lumi_gcd import gcd_cores, gcd_mask
 
 
 def test_lumi_masks_are_the_gcd_ccds():
+    """Every GCD's mask in the lumi-g profile is its CCD's cores minus the reserved first core, derived from
+    the seed's GCD-to-CCD wiring (tests/unit/lumi_gcd.py), as cores and as the hex srun reads."""
     masks = load_profile("lumi-g").cpu_masks
-    # slurm-facts.md: GCD 0 -> 49-55, GCD 1 -> 57-63, GCD 2 -> 17-23, GCD 4 -> 1-7
-    assert [format_ranges(mask_to_cores(masks[g])) for g in (0, 1, 2, 4)] == ["49-55", "57-63", "17-23", "1-7"]
+    assert len(masks) == 8
+    for gcd, mask in enumerate(masks):
+        assert mask_to_cores(mask) == gcd_cores(gcd), f"GCD {gcd}"
+        assert int(mask, 16) == gcd_mask(gcd), f"GCD {gcd}"
+    assert format_ranges(gcd_cores(0)) == "49-55" and format_ranges(gcd_cores(4)) == "1-7"  # the seed's own words
 
 
 def test_cpulist_round_trip():

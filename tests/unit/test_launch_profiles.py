@@ -9,6 +9,7 @@ import pytest
 from exatrain.errors import ConfigError
 from exatrain.launch import JobSpec, bundled_profiles, load_profile
 from exatrain.launch.profiles import PROFILE_DIR
+from tests.unit.lumi_gcd import gcd_mask
 
 EXPECTED = ["cpu", "generic-amd", "generic-nvidia", "jureca-dc", "juwels-booster", "lumi-g"]
 
@@ -26,8 +27,7 @@ def test_bundled_list():
 
 def test_lumi_values():
     p = load_profile("lumi-g")
-    assert p.cpu_masks == ("0xfe000000000000", "0xfe00000000000000", "0xfe0000", "0xfe000000", "0xfe", "0xfe00",
-                           "0xfe00000000", "0xfe0000000000")
+    assert [int(m, 16) for m in p.cpu_masks] == [gcd_mask(g) for g in range(8)]  # from the GCD-to-CCD table
     env = dict(p.comm_env)
     assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3" and env["FI_CXI_DEFAULT_TX_SIZE"] == "2048"
     assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"

@@ -1,8 +1,9 @@
 """sbatch rendering: golden files for every bundled profile x launch mode, bash syntax, hostile values.
 
 Golden files live in tests/unit/golden/<profile>-<mode>.sbatch. After an intended change of the
-rendering, regenerate them with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_sbatch.py``
-and review the diff before committing.
+rendering, regenerate them with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_sbatch.py``:
+that run writes the files and FAILS ("golden files rewritten; review the diff"), so a regeneration can never
+pass unnoticed; review the diff, then run again without the variable.
 """
 
 import dataclasses
@@ -16,6 +17,7 @@ import pytest
 
 from exatrain.errors import ConfigError
 from exatrain.launch import JobSpec, bundled_profiles, load_profile, render_sbatch, sbatch_flags
+from tests.unit.lumi_gcd import gcd_mask
 
 GOLDEN = Path(__file__).with_name("golden")
 HOSTILE = "a'b\"c $(touch /tmp/pwned) d"
@@ -34,8 +36,10 @@ def test_golden(profile, mode):
     path = GOLDEN / f"{profile}-{mode}.sbatch"
     if os.environ.get("EXATRAIN_UPDATE_GOLDEN") == "1":
         path.write_text(text)
+        pytest.fail(f"golden files rewritten; review the diff ({path.name}: git diff tests/unit/golden), then "
+                    "run again without EXATRAIN_UPDATE_GOLDEN")
     assert path.is_file(), f"missing {path}: run with EXATRAIN_UPDATE_GOLDEN=1"
-    assert text == path.read_text()
+    assert text == path.read_text(), f"{path.name} differs from the rendering (intended? see the module docstring)"
 
 
 def test_every_profile_has_goldens():
@@ -58,13 +62,35 @@ def test_flags_sorted_and_deterministic():
     flags = sbatch_flags(SPEC, load_profile("lumi-g"))
     assert flags == sorted(flags, key=lambda f: (f.split("=")[0], f))
     assert "--open-mode=append" in flags and "--exclusive" in flags
-    assert _render("lumi-g", "srun") == _render("lumi-g", "srun")
+
+
+_RENDER_ALL = """
+import dataclasses, json, sys
+from tests.unit.test_launch_sbatch import SPEC, _render
+from exatrain.launch import bundled_profiles
+json.dump({f"{p}-{m}": _render(p, m) for p in bundled_profiles() for m in ("srun", "torchrun")}, sys.stdout)
+"""
+
+
+@pytest.mark.parametrize("hash_seed", ["1", "4242"])
+def test_render_is_the_same_in_a_new_interpreter_with_another_hash_seed(hash_seed):
+    """Set and dict-of-set iteration order changes with PYTHONHASHSEED; a fresh interpreter with another
+    seed must render every profile x mode byte for byte as this process does."""
+    import json
+    import sys
+
+    here = {f"{p}-{m}": _render(p, m) for p in bundled_profiles() for m in ("srun", "torchrun")}
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    out = subprocess.run([sys.executable, "-c", _RENDER_ALL], capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).parents[2], check=True).stdout
+    assert json.loads(out) == here
 
 
 def test_lumi_srun_has_masks_presets_and_caches():
     text = _render("lumi-g", "srun")
-    assert ("--cpu-bind=mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,"
-            "0xfe00000000,0xfe0000000000") in text
+    bind = re.search(r"--cpu-bind=mask_cpu:([0-9a-fx,]+)", text)
+    assert bind, "no --cpu-bind mask list in the LUMI script"
+    assert [int(m, 16) for m in bind.group(1).split(",")] == [gcd_mask(g) for g in range(8)]  # local rank = GCD
     for line in ("export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3", "export NCCL_NET_GDR_LEVEL=PHB",
                  "export FI_CXI_RDZV_PROTO=alt_read", "export HSA_FORCE_FINE_GRAIN_PCIE=1",
                  'export MIOPEN_USER_DB_PATH="$NODE_CACHE"/miopen', "#SBATCH --ntasks-per-node=8",

@@ -42,12 +42,19 @@ def test_rich_bar_in_a_terminal_and_silence_off_rank_zero():
     tty = _Tty()
     p = ProgressReporter(total_steps=5, enabled=True, log_every=1, stream=tty)
     assert p.bar is not None
-    p.step(1, 2.0, 1e-3, 10.0)
+    p.step(3, 2.0, 1e-3, 10.0)
+    p.line("evaluation done")
     p.close()
+    assert p.bar is None
+    shown = tty.getvalue()
+    assert "3/5" in shown and "loss 2.0000" in shown and "evaluation done" in shown
+    assert "step      3/5" not in shown, "a terminal gets the bar, not the log lines"
     silent = io.StringIO()
     q = ProgressReporter(total_steps=5, enabled=False, log_every=1, stream=silent)
-    q.step(1, 2.0, 1e-3, 10.0)
+    assert q.bar is None
+    q.step(5, 2.0, 1e-3, 10.0)
     q.line("hello")
+    q.close()
     assert silent.getvalue() == ""
 
 
@@ -65,10 +72,12 @@ def test_preflight_rejects_with_hint(overrides, world, needle):
     assert needle in str(e.value) and "HINT:" in str(e.value)
 
 
-def test_preflight_accepts_defaults_for_common_world_sizes():
-    cfg = load_config()
-    for world in (1, 2):
-        preflight(cfg, world)
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_preflight_accepts_defaults_and_returns_the_layout(world):
+    """The default layout is DDP over every rank: dp_replicate inferred as the world size."""
+    dims = preflight(load_config(None, ["--train.global_batch_size=32", "--train.micro_batch_size=8"]), world)
+    assert (dims.dp_replicate, dims.dp_shard, dims.tp, dims.pp) == (world, 1, 1, 1)
+    assert dims.dp == world
 
 
 def test_weights_in_sync_compares_only_ranks_at_the_same_place():
