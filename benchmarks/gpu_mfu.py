@@ -1,15 +1,23 @@
-"""Tokens/s and MFU of the reference model on ONE GPU: exatrain's layout code vs a plain PyTorch loop.
+"""Tokens/s, MFU and peak memory of the reference model on ONE GPU: exatrain's training step vs a plain loop.
 
-For each size that fits one GPU, in the same run and on the same random token batches:
-  * exatrain: the model built on the meta device, torch.compile per block (exatrain.distributed.parallelize),
-    FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 gradient reduction (apply_fsdp), weights loaded
-    with load_full_state_dict, AdamW from exatrain.train.optim, gradient clipping as the trainer does;
-  * plain: the same model on the GPU, torch.compile(model), autocast(bf16), torch.optim.AdamW, clipping.
+Like for like, in the same process, on the same random token batches, repetitions interleaved (plain, exatrain,
+plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
+  * plain: what a user writes by hand: the model on the GPU (fp32 parameters), torch.compile of each block
+    (`block.compile()`), autocast bf16, torch.optim.AdamW(fused=True), torch's clip_grad_norm_;
+  * exatrain: the step `exatrain train` runs on one GPU: the model built on the meta device and laid out by
+    exatrain.train.model_layout (torch.compile per block, the same granularity), weights loaded with
+    load_full_state_dict, DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
+    clip_grad_norm_, build_optimizer's AdamW, the LR scheduler;
+  * fsdp (optional, --variants): exatrain's FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 reduction
+    (apply_fsdp): the per-GPU compute of an FSDP job without the network.
 MFU = tokens/s x FLOPs per token / peak. FLOPs per token = 6 N + 12 L D T (PaLM appendix B: N = parameters
 outside the embedding tables, i.e. the matmul weights incl. the output head; the attention term counts the
 full T x T score and value products, no causal halving). Peak: --peak-tflops (H100 SXM dense bf16: 989).
+Peak memory: torch.cuda.max_memory_allocated over one step of a side, minus what was allocated before that
+side was built (the other side's resident state), next to `exatrain plan`'s per-GPU total for the layout.
 
-    python -m benchmarks.gpu_mfu [--sizes medium,large,xl] [--seq-len 2048] [--steps 20] [--peak-tflops 989]
+    python -m benchmarks.gpu_mfu [--sizes medium,xl] [--seq-len 2048] [--steps 10] [--reps 3] [--peak-tflops 989]
+                                 [--profile DIR]
 
 Needs a CUDA GPU; without one it exits with code 2 and says so (--device cpu runs a tiny smoke test of the
 code path, no measurement).
@@ -18,22 +26,29 @@ code path, no measurement).
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import sys
 import time
 
 BATCH = {"tiny": 8, "small": 32, "medium": 32, "large": 16, "xl": 8}  # samples per step at T = 2048
+GIB = 2 ** 30
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="medium,large,xl")
+    p.add_argument("--sizes", default="medium,xl")
+    p.add_argument("--variants", default="plain,exatrain", help="comma list of plain, exatrain, fsdp")
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--batch", type=int, default=0, help="samples per step (0 = a per-size default)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per side")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per side and repetition")
+    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s of the GPU")
     p.add_argument("--compile-backend", default="inductor")
+    p.add_argument("--profile", default="", help="write a torch.profiler trace of one exatrain step of the last "
+                                                  "size to this folder and print its top kernels")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke test of the code only")
     return p.parse_args(argv)
 
@@ -44,40 +59,79 @@ def flops_per_token(model, seq_len: int) -> float:
     return 6 * model.num_params(embeddings=False) + 12 * s.n_layers * s.dim * seq_len
 
 
-def exatrain_side(size, a, device, full_state):
-    """exatrain's path: meta build -> parallelize (compile) -> FSDP on one GPU (bf16) -> load weights."""
-    import torch
-    from torch.distributed.device_mesh import init_device_mesh
-
+def exatrain_config(size, a, batch):
+    """The configuration of a one-GPU `exatrain train` run of this size (compile per block)."""
     from exatrain.config import load_config
+
+    return load_config(None, [f"--model.size={size}", f"--data.seq_len={a.seq_len}", "--parallel.compile=true",
+                              f"--parallel.compile_backend={a.compile_backend}", f"--train.micro_batch_size={batch}",
+                              f"--train.global_batch_size={batch}", "--train.precision=bf16"])
+
+
+def exatrain_side(size, a, device, full_state, batch):
+    """The step `exatrain train --nproc=1` runs (Trainer.train_step with a DataParallelEngine)."""
+    import torch
+
+    from exatrain.distributed.grad_norm import clip_grad_norm_
     from exatrain.distributed.parallel_dims import ParallelDims
-    from exatrain.distributed.parallelize import apply_fsdp, load_full_state_dict, parallelize
-    from exatrain.models.transformer import build_model
-    from exatrain.train.optim import build_optimizer
+    from exatrain.train.build import build_data_parallel_model
+    from exatrain.train.engine import DataParallelEngine
+    from exatrain.train.optim import build_optimizer, build_scheduler
 
-    cfg = load_config(None, [f"--model.size={size}", "--parallel.compile=true",
-                             f"--parallel.compile_backend={a.compile_backend}"])
+    cfg = exatrain_config(size, a, batch)
     dims = ParallelDims.from_config(cfg.parallel, 1)
-    with torch.device("meta"):
-        model = build_model(size, a.vocab, a.seq_len)
-    parallelize(model, model.layers, dims, cfg.parallel, None, device.type)  # world size 1: compile only
-    # FSDP on a 1-GPU mesh: ParallelDims enables FSDP only for dp_shard > 1, so apply it directly
-    mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("dp_shard",))
-    apply_fsdp(model, model.layers, mesh, True, torch.bfloat16, False, pin_memory=device.type == "cuda")
-    load_full_state_dict(model, device, full_state)
-    opt = build_optimizer(model, cfg.train)
+    dims.build_mesh(device.type)
+    model = build_data_parallel_model(cfg, dims, device, a.vocab, full_state)
+    engine = DataParallelEngine(model, dims, device, 0, False,
+                                lambda: torch.autocast(device.type, dtype=torch.bfloat16))
+    opt = build_optimizer(engine.model_parts, cfg.train)
+    sched = build_scheduler(opt, cfg.train)
+    params = list(model.parameters())
 
-    def step(x, y):
-        model(x, y).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    def step(x, y):  # Trainer.train_step
+        loss = engine.train_step([(x, y)])
+        clip_grad_norm_(params, cfg.train.grad_clip)
         opt.step()
+        sched.step()
         opt.zero_grad(set_to_none=True)
+        return loss
 
     return step
 
 
-def plain_side(size, a, device, full_state):
-    """What a user writes by hand: compile, autocast bf16, AdamW, clipping."""
+def fsdp_side(size, a, device, full_state, batch):
+    """exatrain's FSDP2 layout on a 1-GPU mesh with bf16 parameters and fp32 reduction (needs a process group)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from exatrain.distributed.grad_norm import clip_grad_norm_
+    from exatrain.distributed.parallelize import apply_compile, apply_fsdp, load_full_state_dict
+    from exatrain.models.transformer import build_model
+    from exatrain.train.optim import build_optimizer
+
+    cfg = exatrain_config(size, a, batch)
+    with torch.device("meta"):
+        model = build_model(size, a.vocab, a.seq_len)
+    apply_compile(model.layers, a.compile_backend)
+    mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("dp_shard",))
+    apply_fsdp(model, model.layers, mesh, True, torch.bfloat16, False, pin_memory=device.type == "cuda")
+    load_full_state_dict(model, device, full_state)
+    opt = build_optimizer(model, cfg.train)
+    params = list(model.parameters())
+
+    def step(x, y):
+        loss = model(x, y)
+        loss.backward()
+        clip_grad_norm_(params, cfg.train.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def plain_side(size, a, device, full_state, batch):
+    """What a user writes by hand: per-block compile, autocast bf16, fused AdamW, clipping."""
     import torch
 
     from exatrain.models.transformer import build_model
@@ -85,38 +139,76 @@ def plain_side(size, a, device, full_state):
     model = build_model(size, a.vocab, a.seq_len)
     model.load_state_dict(full_state)
     model.to(device)
-    compiled = torch.compile(model, backend=a.compile_backend)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    for block in model.layers.values():
+        block.compile(backend=a.compile_backend)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=device.type == "cuda")
 
     def step(x, y):
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = compiled(x, y)
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss.detach()
 
     return step
 
 
-def tokens_per_second(step, batches, a, device) -> float:
+SIDES = {"plain": plain_side, "exatrain": exatrain_side, "fsdp": fsdp_side}
+
+
+def _sync(device):
     import torch
 
-    for i in range(a.warmup):
-        step(*batches[i % len(batches)])
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def timed(step, batches, steps, device) -> float:
+    """Seconds for `steps` steps (the GPU drained before and after)."""
+    _sync(device)
     t0 = time.perf_counter()
-    for i in range(a.steps):
+    for i in range(steps):
         step(*batches[i % len(batches)])
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def build_and_warm(name, size, a, device, full_state, batches, batch):
+    """Build one side, run its warm-up steps (compilation), and measure its peak memory over one step."""
+    import torch
+
+    base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+    t0 = time.perf_counter()
+    step = SIDES[name](size, a, device, full_state, batch)
+    losses = [float(step(*batches[i % len(batches)])) for i in range(a.warmup)]
+    peak = 0.0
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return a.steps * batches[0][0].numel() / (time.perf_counter() - t0)
+        torch.cuda.reset_peak_memory_stats()
+        step(*batches[0])
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / GIB
+    print(f"  {size:6s} {name:8s} built and warmed up in {time.perf_counter() - t0:.0f} s "
+          f"(warm-up losses {', '.join(f'{x:.3f}' for x in losses)}); peak memory of one step {peak:.2f} GiB",
+          flush=True)
+    return step, peak
 
 
-def run_size(size, a, device):
-    import gc
+def plan_total(size, a, batch) -> float:
+    """`exatrain plan`'s per-GPU total (GiB) for the exatrain side's layout (one GPU), or 0 if it fails."""
+    from exatrain.train.plan import make_plan
 
+    try:
+        return make_plan(exatrain_config(size, a, batch), 1, vocab_size=a.vocab).peak.total / GIB
+    except Exception as e:  # noqa: BLE001 - the benchmark reports the plan, it does not depend on it
+        print(f"  plan failed: {e}", flush=True)
+        return 0.0
+
+
+def run_size(size, a, device, plans) -> dict:
     import torch
 
     from exatrain.models.transformer import build_model
@@ -124,32 +216,88 @@ def run_size(size, a, device):
     torch.manual_seed(0)
     reference = build_model(size, a.vocab, a.seq_len)
     full_state, fpt = reference.state_dict(), flops_per_token(reference, a.seq_len)
+    n_params = reference.num_params()
+    del reference
     batch = a.batch or BATCH.get(size, 8)
-    batches = [(lambda t: (t, t.roll(-1, 1)))(torch.randint(a.vocab, (batch, a.seq_len), device=device))
+    tokens = batch * a.seq_len
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    batches = [(lambda t: (t, t.roll(-1, 1)))(torch.randint(a.vocab, (batch, a.seq_len), generator=gen).to(device))
                for _ in range(4)]
+    names = a.variants.split(",")
+    steps, peaks = {}, {}
+    for name in names:
+        steps[name], peaks[name] = build_and_warm(name, size, a, device, full_state, batches, batch)
+    del full_state
+    rates = {n: [] for n in names}
+    for rep in range(a.reps):
+        order = names if rep % 2 == 0 else names[::-1]  # alternate who goes first
+        for name in order:
+            rates[name].append(a.steps * tokens / timed(steps[name], batches, a.steps, device))
+    print(f"  {size} ({n_params / 1e6:.0f}M params, {fpt / 1e9:.2f} GFLOP/token, batch {batch} x {a.seq_len}), "
+          f"{a.reps} interleaved reps x {a.steps} steps; plan's per-GPU total for the exatrain layout "
+          f"{plans.get(size, 0):.2f} GiB", flush=True)
     result = {}
-    for name, side in (("plain", plain_side), ("exatrain", exatrain_side)):
-        step = side(size, a, device, full_state)
-        result[name] = tokens_per_second(step, batches, a, device)
-        peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-        mfu = result[name] * fpt / (a.peak_tflops * 1e12)
-        print(f"  {size:6s} {name:8s} {result[name]:12,.0f} tokens/s  MFU {mfu:6.1%}  "
-              f"(batch {batch} x {a.seq_len}, {reference.num_params() / 1e6:.0f}M params, "
-              f"peak memory {peak_mem:.1f} GiB)",
-              flush=True)
-        del step
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-    print(f"  {size:6s} ratio exatrain/plain tokens/s = {result['exatrain'] / result['plain']:.3f}", flush=True)
+    for name in names:
+        med = statistics.median(rates[name])
+        mfu = med * fpt / (a.peak_tflops * 1e12)
+        result[name] = {"tokens_s": med, "mfu": mfu, "peak_gib": peaks[name]}
+        print(f"  {size:6s} {name:8s} {med:12,.0f} tokens/s (reps: {', '.join(f'{r:,.0f}' for r in rates[name])})  "
+              f"MFU {mfu:6.1%}  step {tokens / med * 1e3:7.1f} ms  peak memory {peaks[name]:.2f} GiB", flush=True)
+    if "plain" in names:
+        for name in names:
+            if name != "plain":
+                ratios = [x / p for x, p in zip(rates[name], rates["plain"])]
+                print(f"  {size:6s} ratio {name}/plain tokens/s = {statistics.median(ratios):.3f} "
+                      f"(per rep: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+    if "exatrain" in names and plans.get(size):
+        print(f"  {size:6s} exatrain peak memory / plan = {peaks['exatrain'] / plans[size]:.3f}", flush=True)
+    if a.profile and size == a.sizes.split(",")[-1]:
+        profile_step(steps.get("exatrain") or steps[names[-1]], batches, device, a.profile, size)
+    steps.clear()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def profile_step(step, batches, device, folder, size) -> None:
+    """torch.profiler over two steps: a gzipped Chrome trace, the top GPU kernels, and GPU-busy time vs wall."""
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    step(*batches[0])
+    _sync(device)
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for i in range(2):
+            step(*batches[i])
+        _sync(device)
+    wall = (time.perf_counter() - t0) / 2
+    trace = out / f"trace-{size}.json"
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as f, gzip.open(f"{trace}.gz", "wb") as g:
+        shutil.copyfileobj(f, g)
+    trace.unlink()
+    events = prof.key_averages()
+    print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total",
+                       row_limit=30, max_name_column_width=90), flush=True)
+    if device.type == "cuda":
+        busy = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) / 2e6
+        print(f"profile: {wall * 1e3:.1f} ms per step (wall, profiled), GPU kernels busy {busy * 1e3:.1f} ms "
+              f"({busy / wall:.1%}); trace {trace}.gz", flush=True)
 
 
 def _one_rank_group(device):
-    """FSDP needs a process group: a group of one on this machine."""
+    """FSDP needs a process group: a group of one on this machine (an in-process store: no rendezvous)."""
     import torch.distributed as dist
 
-    # one rank needs no rendezvous: an in-process store
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
@@ -162,15 +310,22 @@ def main(argv=None) -> int:
               "run it on a GPU node, or --device cpu for a smoke test of the code path", file=sys.stderr)
         return 2
     device = torch.device(a.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke test, MFU meaningless)"
     print(f"{name}, torch {torch.__version__}, peak {a.peak_tflops:g} TFLOP/s bf16, FLOPs/token = 6N + 12LDT, "
-          f"{a.steps} timed steps after {a.warmup} warm-up steps per side", flush=True)
-    _one_rank_group(device)
+          f"{a.reps} interleaved reps x {a.steps} timed steps after {a.warmup} warm-up steps per side", flush=True)
+    sizes = a.sizes.split(",")
+    plans = {s: plan_total(s, a, a.batch or BATCH.get(s, 8)) for s in sizes}  # before any process group
+    group = "fsdp" in a.variants.split(",")
+    if group:
+        _one_rank_group(device)
     try:
-        for size in a.sizes.split(","):
-            run_size(size, a, device)
+        for size in sizes:
+            run_size(size, a, device, plans)
     finally:
-        torch.distributed.destroy_process_group()
+        if group:
+            torch.distributed.destroy_process_group()
     return 0
 
 

@@ -99,6 +99,22 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run where torch sees a CUDA GPU; elsewhere each is skipped with the reason, which
+    `-ra` (pyproject's addopts) prints in the summary, so a CPU-only run says what it did not test."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"gpu: needs a CUDA GPU, and torch {torch.__version__} sees none on this machine "
+                                   "(run tests/gpu on a GPU node)")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
 @pytest.fixture
 def exatrain_cli(tmp_path):
     """Call the CLI with cwd=tmp_path; returns CompletedProcess."""
