@@ -1,3 +1,51 @@
-"""exatrain: PyTorch training from one CPU to thousands of GPUs on SLURM clusters, wired right by default."""
+"""exatrain: PyTorch training from one CPU to thousands of GPUs on SLURM clusters, wired right by default.
+
+The public API for your own training loop (docs/api.md)::
+
+    import exatrain
+    with exatrain.init() as ctx:
+        model = exatrain.parallelize(model, ctx)
+        loader = exatrain.DataLoader(dataset, ctx, batch_size=64)
+        ckpt = exatrain.Checkpointer("runs/me", ctx, model=model, optimizer=opt, loader=loader)
+        ...
+
+Names are imported lazily (PEP 562): `import exatrain` stays cheap (no torch) until one is used.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+#: public name -> the module (in its layer) that defines it
+_EXPORTS = {
+    "init": "exatrain.distributed.context",
+    "Context": "exatrain.distributed.context",
+    "parallelize": "exatrain.distributed.wrap",
+    "full_state_dict": "exatrain.distributed.state_dict",
+    "print0": "exatrain.distributed.collectives",
+    "save0": "exatrain.distributed.collectives",
+    "mean_across_ranks": "exatrain.distributed.collectives",
+    "barrier": "exatrain.distributed.collectives",
+    "DataLoader": "exatrain.data.loader",
+    "Checkpointer": "exatrain.checkpoint.checkpointer",
+    "MetricsLog": "exatrain.observe.metrics",
+    "Progress": "exatrain.observe.progress",
+    "ExatrainError": "exatrain.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'exatrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -45,11 +45,13 @@ def require_match(model: torch.nn.Module, found: dict[str, tuple], source: str) 
     require_shapes(model_shapes(model), found, source)
 
 
-def require_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str) -> None:
+_HINT = ("use the model.size and data settings (vocabulary, seq_len) the checkpoint was made with; "
+         "its config.toml is stored inside it (exatrain checkpoint export shows it)")
+
+
+def require_shapes(expected: dict[str, tuple], found: dict[str, tuple], source: str, hint: str = _HINT) -> None:
     """Fail with the full list of differences when `source` does not hold exactly `expected`."""
     diff = mismatches(expected, found)
     if diff:
         shown = "\n  ".join(diff[:20]) + (f"\n  ... and {len(diff) - 20} more" if len(diff) > 20 else "")
-        raise ExatrainError(f"{source} does not match the model:\n  {shown}",
-                            "use the model.size and data settings (vocabulary, seq_len) the checkpoint was made with; "
-                            "its config.toml is stored inside it (exatrain checkpoint export shows it)")
+        raise ExatrainError(f"{source} does not match the model:\n  {shown}", hint)

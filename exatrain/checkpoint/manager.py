@@ -156,14 +156,16 @@ class CheckpointManager:
             raise _save_failed(step, partial_dir(self.root, step), error or "on another rank", background=True)
         self._commit(step)
 
-    def load(self, path: Path, state: TrainingState) -> None:
-        """Restore `state` from a committed checkpoint, after checking it fits the model."""
+    def load(self, path: Path, state: TrainingState, mismatch_hint: str | None = None) -> None:
+        """Restore `state` from a committed checkpoint, after checking it fits the model (else an
+        ExatrainError listing missing, unexpected and reshaped entries, with `mismatch_hint` if given)."""
         meta = read_metadata(path)
         # a pipeline stage's model holds only its own layers: compare the union over all ranks
         expected: dict[str, tuple] = {}
         for shapes in all_gather_objects(model_shapes(state.model)):
             expected.update(shapes)
-        require_shapes(expected, checkpoint_model_shapes(meta), f"checkpoint {path}")
+        require_shapes(expected, checkpoint_model_shapes(meta), f"checkpoint {path}",
+                       **({"hint": mismatch_hint} if mismatch_hint else {}))
         try:
             dcp.load(state.entries(meta.state_dict_metadata), checkpoint_id=str(path))
         except _FAILURES as e:

@@ -38,6 +38,18 @@ class PreemptionFlag:
             signal.signal(sig, handler)
 
 
+def preemption_signals(setting: str, launcher_kind: str) -> tuple[str, ...]:
+    """The signal names of a setting like "USR2,TERM" that mean "time is up" under this launcher.
+
+    Under torchrun, TERM is left out: its agent stops the surviving workers with SIGTERM when one fails,
+    and catching it would keep them alive, blocked in a collective with the dead rank, until the agent's
+    kill timeout."""
+    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
+    if launcher_kind == "torchelastic":
+        names = [n for n in names if n != "TERM"]
+    return tuple(names)
+
+
 def _signal(name: str) -> signal.Signals:
     key = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
     try:

@@ -20,14 +20,15 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
 
 class TrainingState(Stateful):
-    """What a checkpoint holds; `get_progress`/`set_progress` connect it to the trainer's counters."""
+    """What a checkpoint holds; `get_progress`/`set_progress` connect it to the trainer's counters.
+    `optimizer` and `scheduler` may be None (then they are neither saved nor loaded)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler,
                  get_progress: Callable[[], dict], set_progress: Callable[[dict], None], config_text: str,
                  rank: int = 0, device: torch.device | None = None, layout: str = ""):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -47,13 +48,22 @@ class TrainingState(Stateful):
         return {"app": self, self.rng.key: self.rng}
 
     def state_dict(self) -> dict:
-        model, optim = get_state_dict(self.model, self.optimizer)
-        return {"model": model, "optim": optim, "scheduler": self.scheduler.state_dict(),
-                "progress": self.get_progress(), "config": self.config_text}
+        state = {"progress": self.get_progress(), "config": self.config_text}
+        if self.optimizer is None:
+            state["model"] = get_model_state_dict(self.model)
+        else:
+            state["model"], state["optim"] = get_state_dict(self.model, self.optimizer)
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if self.optimizer is None:
+            set_model_state_dict(self.model, state["model"])
+        else:
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
         self.set_progress(state["progress"])
 
 

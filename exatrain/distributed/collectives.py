@@ -41,18 +41,32 @@ def save0(obj, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def mean_across_ranks(values: dict[str, float], device: torch.device | None = None) -> dict[str, float]:
-    """Average scalar metrics over all ranks.
+def mean_across_ranks(values, device: torch.device | None = None):
+    """Average a scalar, a list of scalars or a dict of named scalars over all ranks (collective).
 
-    Gloo has no ReduceOp.AVG for every dtype (integers fail), so this sums in float64 and divides.
+    Returns the same shape as given (float, list of floats, dict). Sums in float64 and divides (gloo has
+    no ReduceOp.AVG for every dtype). `device`: where the reduction runs; default the current GPU under
+    nccl, else the CPU. Without a process group the values come back unchanged (as floats).
     """
+    if isinstance(values, dict):
+        keys = sorted(values)
+        return dict(zip(keys, mean_across_ranks([values[k] for k in keys], device)))
+    if not isinstance(values, (list, tuple)):
+        return mean_across_ranks([values], device)[0]
+    floats = [float(v) for v in values]
     if not dist.is_initialized() or world_size() == 1:
-        return dict(values)
-    keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+        return floats
+    t = torch.tensor(floats, dtype=torch.float64, device=device or default_device())
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     t /= world_size()
-    return dict(zip(keys, t.tolist()))
+    return t.tolist()
+
+
+def default_device() -> torch.device:
+    """Where collectives on new tensors run: the current GPU under nccl, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def sum_across_ranks(values: list[float], device: torch.device | None = None, group=None) -> list[float]:

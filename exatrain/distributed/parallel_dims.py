@@ -190,6 +190,11 @@ class ParallelDims:
         object.__setattr__(self, "_mesh", mesh)
         return mesh
 
+    @property
+    def root_mesh(self):
+        """The whole named DeviceMesh built by `build_mesh` (None for a single rank or before it)."""
+        return getattr(self, "_mesh", None)
+
     def mesh(self, name: str):
         """The sub-mesh called `name` (pp, dp_replicate, dp_shard, tp, dp, fsdp), or None when that
         dimension has degree 1. 'fsdp' is 2-D (replicate, shard) under HSDP. Cheap after the first call

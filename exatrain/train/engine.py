@@ -21,13 +21,12 @@ import contextlib
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor.parallel import loss_parallel
 
 from exatrain.distributed.parallelize import all_reduce_gradients, apply_ddp, local_tensor
+from exatrain.distributed.state_dict import full_state_dict
 
 
 class Engine:
@@ -99,12 +98,4 @@ class DataParallelEngine(Engine):
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""
         return full_state_dict(self.model)
-
-
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Gather `model`'s parameters into plain CPU tensors on rank 0 ({} on other ranks); without a
-    process group, a CPU copy of the state dict."""
-    if not dist.is_initialized():
-        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 

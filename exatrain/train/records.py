@@ -1,39 +1,5 @@
-"""What a run leaves in its directory: config, metrics (JSONL), per-rank reports and a summary."""
+"""Moved to exatrain.observe.metrics (this path keeps working)."""
 
-from __future__ import annotations
+from exatrain.observe.metrics import MetricsLog, read_metrics, write_json
 
-import json
-import os
-from pathlib import Path
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file then rename), so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-class MetricsLog:
-    """Appends one JSON object per line to RUN_DIR/metrics.jsonl (rank 0 only)."""
-
-    def __init__(self, path: Path, enabled: bool, resume_step: int | None = None):
-        self.enabled = enabled
-        self.path = path
-        if enabled:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # a resumed run keeps the records up to its checkpoint; later ones are recomputed
-            kept = [r for r in read_metrics(path) if r["step"] <= resume_step] if resume_step is not None and path.exists() else []
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-
-    def write(self, **record) -> None:
-        """Record one event, e.g. write(kind="train", step=3, loss=4.2)."""
-        if self.enabled:
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """All records of a metrics.jsonl file."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+__all__ = ["MetricsLog", "read_metrics", "write_json"]

@@ -8,7 +8,7 @@ from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
 from exatrain.distributed import init_distributed, teardown
 from exatrain.env import detect_environment
-from exatrain.train.affinity import check_affinity
+from exatrain.distributed.affinity import check_affinity
 from exatrain.train.preflight import preflight
 from exatrain.train.trainer import Trainer
 

@@ -1,9 +1,10 @@
-"""The affinity check at train start: every rank compares its CPU affinity with the cores expected for it,
-rank 0 prints one table, and a mismatch warns (dist.affinity = warn) or fails the job (strict)."""
+"""The affinity check at start (exatrain.init, exatrain train): every rank compares its CPU affinity with the
+cores expected for it, rank 0 prints one table, and a mismatch warns (warn) or fails the job (strict)."""
 
 from __future__ import annotations
 
-from exatrain.distributed import DistContext, all_gather_objects, print0
+from exatrain.distributed.collectives import all_gather_objects, print0
+from exatrain.distributed.process_group import DistContext
 from exatrain.env.affinity import check_rank, format_table, physical_gpu
 from exatrain.errors import ExatrainError
 from exatrain.launch.profiles import load_profile

@@ -1,0 +1,110 @@
+"""`exatrain.Checkpointer`: exatrain's whole-state checkpoints for a user's own training loop.
+
+A thin layer over CheckpointManager (DCP, atomic commit, keep K, async saves, resharding across world
+sizes and layouts) and TrainingState (model, optimizer, scheduler, per-rank RNG), plus the loader's
+position and a dict of the caller's own values. `.step(n)` is the reference trainer's end of a step:
+save when due, and on the pre-timeout signal checkpoint, requeue the SLURM job and exit.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+from torch.nn.parallel import DistributedDataParallel
+
+from exatrain.checkpoint.manager import CheckpointManager
+from exatrain.checkpoint.preemption import PreemptionFlag, preemption_signals
+from exatrain.checkpoint.state import TrainingState
+from exatrain.distributed.collectives import all_gather_objects, is_root, print0
+from exatrain.distributed.seed import rank_seed, seed_everything
+from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
+
+_MISMATCH_HINT = ("build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
+                  "fresh with another run_dir (or pass resume='' to ignore existing checkpoints)")
+
+
+class Checkpointer:
+    """Checkpoints of one run under RUN_DIR/checkpoints/step-N; every rank makes every call."""
+
+    def __init__(self, run_dir, ctx, model, optimizer=None, scheduler=None, loader=None, extra: dict | None = None,
+                 interval: int = 0, keep: int = 3, async_save: bool = False, signals: str = "USR2,TERM",
+                 *, last_step: int | None = None):
+        self.ctx, self.loader, self.interval, self.last_step = ctx, loader, interval, last_step
+        self.extra = extra if extra is not None else {}  # the caller's dict, restored in place
+        self.run_dir = Path(run_dir)
+        self.step_count = 0
+        self.manager = CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save)
+        plain = model.module if isinstance(model, DistributedDataParallel) else model
+        self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, "", ctx.rank,
+                                   ctx.device, layout=ctx.dims.describe())
+        self.preemption = PreemptionFlag(preemption_signals(signals, ctx.env.kind))
+        self.resumed_from: Path | None = None
+
+    def _progress(self) -> dict:
+        user = {"loader": self.loader.state_dict() if self.loader is not None else None, "extra": self.extra}
+        return {"step": self.step_count, "user": pickle.dumps(user)}
+
+    def _restore(self, progress: dict) -> None:
+        self.step_count = int(progress["step"])
+        user = pickle.loads(progress["user"])
+        self.extra.clear()
+        self.extra.update(user["extra"])
+        if self.loader is not None and user["loader"] is not None:
+            self.loader.load_state_dict(user["loader"])
+
+    def resume(self, which: str = "auto") -> int:
+        """Load the newest complete checkpoint ("auto"; or a step-N path; "" = none) and return the number
+        of finished steps to continue from (0 when there is none). Cleans up killed saves first."""
+        path = self.manager.start(which)
+        if path is None:
+            return 0
+        self.manager.load(path, self.state, mismatch_hint=_MISMATCH_HINT)
+        self.resumed_from = path
+        if not self.state.rng.restored:  # written under another layout: reseed each rank deterministically
+            seed_everything(rank_seed(self.ctx.seed, self.ctx.dp_rank) + self.step_count)
+        print0(f"exatrain: resumed from {path} at step {self.step_count}")
+        return self.step_count
+
+    def step(self, n: int) -> bool:
+        """After optimizer step `n` (1-based count of finished steps), on every rank: commit a finished
+        background save, save when due (every `interval` steps, and at `last_step`), and on the
+        pre-timeout signal checkpoint, requeue (rank 0) and exit via SystemExit. True when it saved."""
+        self.step_count = n
+        self.manager.poll(self.ctx.device)
+        saved = self.interval > 0 and (n % self.interval == 0 or n == self.last_step)
+        if saved:
+            self.manager.save(n, self.state, blocking=False)
+        if self.preemption.agreed(self.ctx.device):
+            self._preempted(n, saved)
+        return saved
+
+    def save(self, n: int | None = None) -> Path:
+        """Write a checkpoint of the current state now, as step `n` (default: the last step given to step())."""
+        if n is not None:
+            self.step_count = n
+        return self.manager.save(self.step_count, self.state)
+
+    def _preempted(self, n: int, saved: bool) -> None:
+        """Every rank got here at the same step: checkpoint, rank 0 requeues, every rank exits."""
+        print0(f"exatrain: signal {self.preemption.received or '(on another rank)'}: checkpointing at step {n}")
+        self.manager.wait()
+        path = self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)
+        print0(f"exatrain: checkpoint {path} committed")
+        env = self.ctx.env
+        requeued, message = False, "not a SLURM job step: run again to resume from this checkpoint"
+        if is_root() and env.kind == "slurm" and env.job_id:
+            print0(f"exatrain: requeueing SLURM job {env.job_id}; it resumes from this checkpoint")
+            requeued, message = requeue_job(env.job_id)
+        requeued, message = all_gather_objects((requeued, message))[0]
+        code = 0 if requeued else EXIT_REQUEUE
+        print0(message if requeued else f"exatrain: {message} (exit code {code})")
+        self.close()
+        self.ctx.close()
+        raise SystemExit(code)
+
+    def close(self) -> None:
+        """Wait for (and commit) a background save; put the previous signal handlers back."""
+        self.manager.wait()
+        self.manager.finish_pruning()
+        self.preemption.restore()

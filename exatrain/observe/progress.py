@@ -1,0 +1,77 @@
+"""Progress output on rank 0: a rich progress bar in a terminal, plain lines in logs and pipes."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+from exatrain.observe.rank import is_rank0
+
+
+class Progress:
+    """Shows training steps: `step(n, loss=..., ...)`. Silent on every rank but 0.
+
+    In a terminal a live bar updated every step; otherwise (logs, pipes) a line every `log_every` steps
+    and at the last step.
+    """
+
+    def __init__(self, total_steps: int, enabled: bool | None = None, log_every: int = 1, stream=None):
+        self.total, self.log_every = total_steps, max(1, log_every)
+        self.enabled = is_rank0() if enabled is None else enabled
+        stream = stream or sys.stdout
+        self.console = Console(file=stream)
+        self.bar: RichProgress | None = None
+        if self.enabled and stream.isatty():
+            self.bar = RichProgress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=self.console,
+            )
+            self.task = self.bar.add_task("train", total=total_steps, status="")
+            self.bar.start()
+
+    def step(self, step: int, **values) -> None:
+        """Show step `step` with its values, e.g. step(10, loss=2.31, lr=1e-3)."""
+        self._show(step, " | ".join(f"{k} {_fmt(v)}" for k, v in values.items()))
+
+    def _show(self, step: int, status: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, status=status)
+        elif step % self.log_every == 0 or step == self.total:
+            self.line(f"step {step:>6}/{self.total}" + (f" | {status}" if status else ""))
+
+    def line(self, text: str) -> None:
+        """A plain message (above the bar in a terminal)."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.console.file, flush=True)
+
+    def close(self) -> None:
+        """Stop the live bar, if any."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+class ProgressReporter(Progress):
+    """The reference trainer's progress: loss, learning rate and throughput per step."""
+
+    def __init__(self, total_steps: int, enabled: bool, log_every: int, stream=None):
+        super().__init__(total_steps, enabled, log_every, stream)
+
+    def step(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
+        """Show one optimizer step (every step on the bar, every `log_every` steps as a line)."""
+        self._show(step, f"loss {loss:.4f} | lr {lr:.2e} | {tokens_per_s:,.0f} tok/s")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
