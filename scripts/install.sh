@@ -2,6 +2,7 @@
 # Install exatrain (editable) into ./.venv, creating it if needed.
 #   bash scripts/install.sh          # the package
 #   bash scripts/install.sh test     # plus what the tests need (Python side)
+#   bash scripts/install.sh test,examples   # plus the examples' packages (torchvision, transformers)
 # torch: if the venv cannot import torch yet, installs $TORCH_SPEC (default torch==2.13.0, the CPU wheel
 # cached on the project's machines). On a cluster, build the venv on top of your site's torch instead
 # (python3 -m venv --system-site-packages .venv) and this script keeps it.
@@ -29,6 +30,27 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "install: $TORCH_SPEC"
   .venv/bin/pip install -q --disable-pip-version-check "$TORCH_SPEC"
 fi
+TORCH_BEFORE=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
 echo "install: exatrain${EXTRA:+[$EXTRA]}"
 .venv/bin/pip install -q --disable-pip-version-check -e ".${EXTRA:+[$EXTRA]}"
+TORCH_AFTER=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
+if [ "$TORCH_AFTER" != "$TORCH_BEFORE" ]; then
+  echo "install: pip replaced torch $TORCH_BEFORE by $TORCH_AFTER. HINT: pin the companion packages of the" \
+       "extras to the releases built for torch $TORCH_BEFORE, then run: .venv/bin/pip install $TORCH_SPEC" >&2
+  exit 1
+fi
+if [[ ",$EXTRA," == *",examples,"* ]]; then
+  # PyPI's torchvision is a CUDA build: next to a CPU-only torch its import fails (see the hook's docstring).
+  SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -f "$SITE/_exatrain_torchvision_cpu.pth" "$SITE/_exatrain_torchvision_cpu.py"
+  if ! TV_ERR=$(.venv/bin/python -c "import torchvision" 2>&1); then
+    if ! grep -q "operator torchvision::nms does not exist" <<<"$TV_ERR"; then
+      echo "$TV_ERR" >&2; exit 1
+    fi
+    echo "install: torchvision (CUDA build) on CPU-only torch: adding scripts/torchvision_cpu_hook.py to the venv"
+    cp scripts/torchvision_cpu_hook.py "$SITE/_exatrain_torchvision_cpu.py"
+    echo "import _exatrain_torchvision_cpu" > "$SITE/_exatrain_torchvision_cpu.pth"
+    .venv/bin/python -c "import torchvision"
+  fi
+fi
 echo "install: done ($(.venv/bin/exatrain --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
