@@ -132,3 +132,14 @@ def test_bad_input_is_explained(name, tmp_path):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert needle in r.stderr and "HINT:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_rank_wrapper_imports_no_torch(tmp_path):
+    """The wrapper is launch-layer code: before it becomes the script it has not imported torch (each rank
+    would pay for torch's import twice)."""
+    (tmp_path / "show.py").write_text(SHOW)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "exatrain.cli.main", "run", "show.py"], cwd=tmp_path,
+                       env=clean_environment(_slurm_task(0)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["RANK"] == "0", r.stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}
+    assert "exatrain" in imported and "torch" not in imported
