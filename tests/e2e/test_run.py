@@ -46,6 +46,16 @@ def test_failing_rank_is_named_and_its_exit_code_passed_through(tmp_path):
     assert "note: 2 workers share 1 CPU core(s)" in r.stderr
 
 
+def test_error_reported_through_torchruns_error_file_is_quoted(tmp_path):
+    """A script whose main has torch's @record writes its exception to torchrun's error file: exatrain quotes it."""
+    (tmp_path / "boom.py").write_text(
+        "import os\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n@record\ndef main():\n"
+        "    if os.environ['RANK'] == '1':\n        raise ValueError('bad batch in shard 7')\n\nmain()\n")
+    r = run_exatrain(["run", "--nproc", "2", "boom.py"], cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "exatrain: error: rank 1 (local rank 1" in r.stderr and "bad batch in shard 7" in r.stderr.split("exatrain: error:")[1]
+
+
 def test_max_restarts_restarts_the_workers(tmp_path):
     """Rank 1 fails in the first attempt only: with --max-restarts 1 the agent starts the group again and
     the run succeeds (the agent gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as `exatrain train` does)."""
