@@ -22,7 +22,7 @@ def describe_failure(rank: int, failure, others: int) -> str:
             how = f"signal {signal.Signals(-failure.exitcode).name}"
         except ValueError:
             how = f"signal {-failure.exitcode}"
-    more = f"; {others} other worker(s) failed too" if others else ""
+    more = f"; {others} other worker(s) ended with it" if others else ""
     return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed with {how}{_reported(failure)}"
             f"{more}\n"
             "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
