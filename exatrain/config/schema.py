@@ -155,7 +155,9 @@ class JobConfig:
     profile: str = doc("generic-nvidia", "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "
                                          "generic-nvidia, generic-amd, cpu) or the path of a profile TOML file.")
     command: tuple[str, ...] = doc(("exatrain", "train"), "What each rank runs; exatrain's trainer also gets the "
-                                                          "run directory and this configuration.")
+                                                          "run directory and this configuration; in srun mode a "
+                                                          "Python script (python train.py ...) runs under `exatrain "
+                                                          "run`, which sets torchrun's variables.")
     signal: str = doc("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); empty = "
                                   "none. It reaches every rank and must be one of checkpoint.signals; the lead time "
                                   "must lie inside job.time (B: is refused: nothing forwards it).")

@@ -22,25 +22,50 @@ SHOW = ("import json, os, sys\n"
 
 
 def test_example_in_two_local_workers(tmp_path):
-    out = tmp_path / "ranks"
-    r = run_exatrain(["run", "--nproc", "2", str(EXAMPLE), "--epochs", "2", "--out", str(out)], cwd=tmp_path)
+    """The README's command: `exatrain run --nproc 2 examples/torchrun_ddp/train.py --epochs 3`."""
+    r = run_exatrain(["run", "--nproc", "2", str(EXAMPLE), "--epochs", "3"], cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    ranks = [json.loads((out / f"rank-{i}.json").read_text()) for i in range(2)]
+    ranks = [json.loads((tmp_path / "ddp-ranks" / f"rank-{i}.json").read_text()) for i in range(2)]
     seen = [x["seen"] for x in ranks]
     assert [(s["RANK"], s["WORLD_SIZE"], s["LOCAL_RANK"], s["LOCAL_WORLD_SIZE"], s["GROUP_RANK"]) for s in seen] == [
         ("0", "2", "0", "2", "0"), ("1", "2", "1", "2", "0")]
     assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] and seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"]
-    assert ranks[0]["losses"][1] < ranks[0]["losses"][0]  # it trained
+    assert ranks[0]["losses"][2] < ranks[0]["losses"][0]  # it trained
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP kept the replicas equal
-    assert "epoch 1: loss" in r.stdout and "Traceback" not in r.stderr
+    assert "epoch 2: loss" in r.stdout and "Traceback" not in r.stderr
 
 
 def test_failing_rank_is_named_and_its_exit_code_passed_through(tmp_path):
+    """Run on one core (taskset), so two workers also get the note that they share it."""
     (tmp_path / "show.py").write_text(SHOW)
-    r = run_exatrain(["run", "--nproc", "2", "show.py"], cwd=tmp_path, env={"EXIT_ON_RANK_1": "3"})
+    r = run_exatrain(["run", "--nproc", "2", "show.py"], cwd=tmp_path, env={"EXIT_ON_RANK_1": "3"},
+                     wrap=("taskset", "-c", "0"))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "exatrain: error: rank 1 (local rank 1" in r.stderr and "exit code 3" in r.stderr
     assert "HINT:" in r.stderr and "Traceback" not in r.stderr
+    assert "note: 2 workers share 1 CPU core(s)" in r.stderr
+
+
+def test_error_reported_through_torchruns_error_file_is_quoted(tmp_path):
+    """A script whose main has torch's @record writes its exception to torchrun's error file: exatrain quotes it."""
+    (tmp_path / "boom.py").write_text(
+        "import os\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n@record\ndef main():\n"
+        "    if os.environ['RANK'] == '1':\n        raise ValueError('bad batch in shard 7')\n\nmain()\n")
+    r = run_exatrain(["run", "--nproc", "2", "boom.py"], cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "exatrain: error: rank 1 (local rank 1" in r.stderr and "bad batch in shard 7" in r.stderr.split("exatrain: error:")[1]
+
+
+def test_max_restarts_restarts_the_workers(tmp_path):
+    """Rank 1 fails in the first attempt only: with --max-restarts 1 the agent starts the group again and
+    the run succeeds (the agent gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as `exatrain train` does)."""
+    (tmp_path / "flaky.py").write_text(
+        "import os, sys\nprint('attempt', os.environ['TORCHELASTIC_RESTART_COUNT'], 'rank', os.environ['RANK'], "
+        "os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'), flush=True)\n"
+        "sys.exit(4 if os.environ['RANK'] == '1' and os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n")
+    r = run_exatrain(["run", "--nproc", "2", "--max-restarts", "1", "flaky.py"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "attempt 1 rank 1 1" in r.stdout and "attempt 1 rank 0 1" in r.stdout
 
 
 def _slurm_task(rank):
@@ -68,6 +93,22 @@ def test_rank_wrapper_becomes_the_script(tmp_path):
         ("0", "0", "2", "2", "0"), ("1", "1", "2", "2", "0")]
     assert {s["MASTER_ADDR"] for s in seen} == {socket.gethostname()}
     assert len({s["MASTER_PORT"] for s in seen}) == 1
+
+
+def test_master_options(tmp_path):
+    """--resolve-master gives an IP and --master-port the port; --profile juwels-booster adds JSC's suffix
+    'i' to the host name, which does not resolve here: refused at once, naming it."""
+    (tmp_path / "show.py").write_text(SHOW)
+    env = clean_environment(_slurm_task(0))
+    r = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "run", "--resolve-master", "--master-port", "29877",
+                        "show.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert (seen["MASTER_ADDR"], seen["MASTER_PORT"]) == (socket.gethostbyname(socket.gethostname()), "29877")
+    r = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "run", "--profile", "juwels-booster", "show.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"cannot resolve the master host '{socket.gethostname()}i'" in r.stderr, r.stderr
+    assert "HINT:" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_under_torchrun_the_agents_variables_are_kept(tmp_path):
@@ -101,3 +142,14 @@ def test_bad_input_is_explained(name, tmp_path):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert needle in r.stderr and "HINT:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_rank_wrapper_imports_no_torch(tmp_path):
+    """The wrapper is launch-layer code: before it becomes the script it has not imported torch (each rank
+    would pay for torch's import twice)."""
+    (tmp_path / "show.py").write_text(SHOW)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "exatrain.cli.main", "run", "show.py"], cwd=tmp_path,
+                       env=clean_environment(_slurm_task(0)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["RANK"] == "0", r.stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}
+    assert "exatrain" in imported and "torch" not in imported
