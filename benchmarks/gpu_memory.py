@@ -63,8 +63,13 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
     marks = {"resident": torch.cuda.memory_allocated()}
     # hooks on modules outside the compiled blocks: the position embedding (just before block 0's input is
     # formed) and the final norm (right after the last block)
-    hooks = [model.pos_embeddings.register_forward_hook(lambda *_: marks.setdefault("embedded", torch.cuda.memory_allocated())),
-             model.norm.register_forward_pre_hook(lambda *_: marks.setdefault("blocks_done", torch.cuda.memory_allocated()))]
+    def mark(name):
+        def hook(*_):  # returns None: a hook's return value would replace the module's input or output
+            marks.setdefault(name, torch.cuda.memory_allocated())
+        return hook
+
+    hooks = [model.pos_embeddings.register_forward_hook(mark("embedded")),
+             model.norm.register_forward_pre_hook(mark("blocks_done"))]
     torch.cuda.reset_peak_memory_stats()
     loss = forward()
     torch.cuda.synchronize()
