@@ -82,8 +82,46 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
     for h in hooks:
         h.remove()
     opt.zero_grad(set_to_none=True)
+    if not compiled:
+        print_saved_tensors(model, forward, batch * seq * model.shape.dim)
     del model, opt, loss
     return marks
+
+
+def print_saved_tensors(model, forward, btd) -> None:
+    """Eager only: each tensor autograd saves for backward in block 0 and in the head (after the last block),
+    once per storage, with its size in B*T*D bytes; parameters (saved as they are) are marked."""
+    import torch
+
+    region, seen = ["embed"], {}
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def set_region(name):
+        def hook(*_):
+            region[0] = name
+        return hook
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen:
+            seen[ptr] = (region[0], str(t.dtype).replace("torch.", ""), tuple(t.shape), t.untyped_storage().nbytes(),
+                         ptr in params)
+        return t
+
+    hooks = [model.layers["0"].register_forward_pre_hook(set_region("block0")),
+             model.layers["0"].register_forward_hook(set_region("blocks")),
+             model.norm.register_forward_pre_hook(set_region("head"))]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = forward()
+    for h in hooks:
+        h.remove()
+    del loss
+    for name in ("embed", "block0", "head"):
+        items = [v for v in seen.values() if v[0] == name]
+        total = sum(v[3] for v in items if not v[4])
+        print(f"  saved in {name}: {total / btd:.2f} BTD bytes without parameters; "
+              + "; ".join(f"{d} {list(sh)} {n / btd:.2f}{' (param)' if p else ''}" for _, d, sh, n, p in items),
+              flush=True)
 
 
 def report(size, seq, batch, vocab, compiled, m, plan) -> None:
