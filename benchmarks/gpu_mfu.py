@@ -8,7 +8,8 @@ plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
     exatrain.train.model_layout (torch.compile per block, the same granularity), weights loaded with
     load_full_state_dict, DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
     clip_grad_norm_, build_optimizer's AdamW, the LR scheduler;
-  * fsdp (optional, --variants): exatrain's FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 reduction
+  * exatrain_foreach (optional, --variants): exatrain with torch's default (foreach) AdamW instead of the fused one;
+  * fsdp (optional): exatrain's FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 reduction
     (apply_fsdp): the per-GPU compute of an FSDP job without the network.
 MFU = tokens/s x FLOPs per token / peak. FLOPs per token = 6 N + 12 L D T (PaLM appendix B: N = parameters
 outside the embedding tables, i.e. the matmul weights incl. the output head; the attention term counts the
@@ -38,7 +39,7 @@ GIB = 2 ** 30
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="medium,xl")
-    p.add_argument("--variants", default="plain,exatrain", help="comma list of plain, exatrain, fsdp")
+    p.add_argument("--variants", default="plain,exatrain", help="comma list of " + ", ".join(SIDES))
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--batch", type=int, default=0, help="samples per step (0 = a per-size default)")
@@ -99,6 +100,19 @@ def exatrain_side(size, a, device, full_state, batch):
     return step
 
 
+def exatrain_foreach_side(size, a, device, full_state, batch):
+    """exatrain's step with torch's default AdamW (foreach), as build_optimizer chose before it used the fused
+    kernel on GPUs: shows what that change is worth."""
+    from exatrain.train import optim
+
+    chosen = optim.fused_ok
+    optim.fused_ok = lambda params: False
+    try:
+        return exatrain_side(size, a, device, full_state, batch)
+    finally:
+        optim.fused_ok = chosen
+
+
 def fsdp_side(size, a, device, full_state, batch):
     """exatrain's FSDP2 layout on a 1-GPU mesh with bf16 parameters and fp32 reduction (needs a process group)."""
     import torch
@@ -156,7 +170,7 @@ def plain_side(size, a, device, full_state, batch):
     return step
 
 
-SIDES = {"plain": plain_side, "exatrain": exatrain_side, "fsdp": fsdp_side}
+SIDES = {"plain": plain_side, "exatrain": exatrain_side, "exatrain_foreach": exatrain_foreach_side, "fsdp": fsdp_side}
 
 
 def _sync(device):

@@ -2,7 +2,9 @@
 
 SLURM sends the configured signal (`--signal=USR2@120`; USR2 by default because NCCL may use USR1)
 before the time limit, and some sites send only SIGTERM before killing a job. The handler just sets a
-flag; the trainer checks it after every step, on all ranks together, so every rank stops at the same step.
+flag; the trainer checks it after every step, on all ranks together, so every rank stops at the same step
+(on GPUs one step after the signal: the check never makes the host wait for the running step, see
+exatrain.distributed.collectives.LaggedAnyRank).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import signal
 
 import torch
 
-from exatrain.distributed import any_rank
+from exatrain.distributed.collectives import LaggedAnyRank
 from exatrain.errors import ConfigError
 
 
@@ -21,6 +23,7 @@ class PreemptionFlag:
     def __init__(self, names: tuple[str, ...]):
         self.received: str | None = None
         self._previous = {}
+        self._any_rank = LaggedAnyRank()
         for name in names:
             sig = _signal(name)
             self._previous[sig] = signal.signal(sig, self._handle)
@@ -29,8 +32,9 @@ class PreemptionFlag:
         self.received = signal.Signals(signum).name
 
     def agreed(self, device: torch.device) -> bool:
-        """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it)."""
-        return any_rank(self.received is not None, device)
+        """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it). On GPUs the
+        answer is the previous call's, so that the check does not wait for the step that was just queued."""
+        return self._any_rank(self.received is not None, device)
 
     def restore(self) -> None:
         """Put back the previous handlers."""

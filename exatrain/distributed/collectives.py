@@ -96,6 +96,36 @@ def _reduce_flag(flag: bool, device, op) -> bool:
     return bool(t.item())
 
 
+class LaggedAnyRank:
+    """`any_rank` for a flag checked after every training step, without making the host wait for the GPU.
+
+    On a CUDA device `any_rank` would copy the flag to the GPU and read the reduced value back, and both copies
+    wait until the GPU has finished the whole step: the host cannot queue the next step ahead, so the GPU idles
+    while Python starts it. Here each call starts its all-reduce in the stream's order (pinned buffers,
+    non-blocking copies) and returns the PREVIOUS call's result, waiting only for that one (an event recorded
+    a step ago, normally long done). Every rank reads the same reduced value, so all ranks still agree, one
+    call later. Without a group, or off CUDA (gloo on CPUs, where a reduction is cheap), it is `any_rank`.
+    """
+
+    def __init__(self):
+        self._pending = None  # (pinned host result, CUDA event after its copy) of the last call
+
+    def __call__(self, flag: bool, device: torch.device | None = None) -> bool:
+        if not dist.is_initialized() or device is None or device.type != "cuda":
+            return any_rank(flag, device)
+        t = torch.tensor([int(flag)], dtype=torch.int32).pin_memory().to(device, non_blocking=True)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        result = torch.empty(1, dtype=torch.int32, pin_memory=True)
+        result.copy_(t, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        previous, self._pending = self._pending, (result, done)
+        if previous is None:
+            return False
+        previous[1].synchronize()
+        return bool(previous[0].item())
+
+
 def all_gather_objects(obj) -> list:
     """Every rank's `obj`, in rank order (a list of one without a process group)."""
     if not dist.is_initialized():

@@ -7,6 +7,8 @@ a process group of one rank is a real NCCL group (one GPU cannot host two NCCL r
 """
 
 import json
+import os
+import signal
 import traceback
 import warnings
 
@@ -55,6 +57,7 @@ def host_syncs(fn) -> list[str]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
@@ -171,8 +174,33 @@ def test_steady_state_step_does_not_sync_the_host(tmp_path, compiled):
     trainer = _trainer(_config(tmp_path, f"--parallel.compile={str(compiled).lower()}"))
     for _ in range(3):
         trainer.train_step(trainer._micro_batches())
+    assert host_syncs(lambda: trainer.train_step(trainer._micro_batches()).item())  # the detector sees .item()
     syncs = host_syncs(lambda: trainer.train_step(trainer._micro_batches()))
     assert not syncs, "\n\n".join(syncs)
+
+
+def test_per_step_collectives_do_not_sync_the_host(tmp_path, nccl_group_of_one):
+    """In a job with a process group the trainer also runs, after every step, the preemption check (an
+    all-reduce over all ranks) and the poll of a background checkpoint save: neither makes the host wait for
+    the step just queued. A signal still stops every rank, one step later on GPUs."""
+    trainer = _trainer(_config(tmp_path))
+    device = trainer.ctx.device
+
+    def loop_body():  # Trainer.fit between two log steps, without a checkpoint due
+        trainer.train_step(trainer._micro_batches())
+        trainer.checkpoints.poll(device)
+        return trainer.preemption.agreed(device)
+
+    try:
+        for _ in range(3):
+            assert not loop_body()
+        syncs = host_syncs(loop_body)
+        assert not syncs, "\n\n".join(syncs)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert trainer.preemption.received == "SIGUSR2"
+        assert [loop_body(), loop_body()] == [False, True]
+    finally:
+        trainer.preemption.restore()
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
