@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from exatrain.distributed.collectives import all_gather_objects
 from exatrain.distributed.join import roll_call
 from exatrain.env import ClusterEnvironment
+from exatrain.env.base import node_layout
 from exatrain.env.devices import pick_device_index, visibility_problem
 from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
@@ -104,6 +106,8 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
         timeout=datetime.timedelta(seconds=timeout_s),
         device_id=dev if dev.type == "cuda" else None,
     )
+    if env.node_rank is None:  # the launcher did not say (MPI): learn it from every rank's host name
+        env = env.with_node_layout(*node_layout(all_gather_objects(env.hostname), env.global_rank))
     return DistContext(env=env, device=dev, backend=chosen)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
+import copy
+import dataclasses
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,8 +26,15 @@ class Layout:
     global_rank: int
     local_rank: int
     local_world_size: int
-    node_rank: int
-    num_nodes: int
+    node_rank: int | None  # None: the launcher does not say (MPI over several nodes); known once the group exists
+    num_nodes: int | None
+
+
+def node_layout(hosts: Sequence[str], rank: int) -> tuple[int, int]:
+    """(node index, node count) of ``rank`` from every rank's host name, in rank order: nodes are numbered
+    in the order their first rank appears, whatever the launcher's mapping (by slot, by node, uneven)."""
+    order = list(dict.fromkeys(hosts))
+    return order.index(hosts[rank]), len(order)
 
 
 def resolve_host(host: str) -> str:
@@ -124,14 +133,26 @@ class ClusterEnvironment(abc.ABC):
         return self._layout.local_world_size
 
     @property
-    def node_rank(self) -> int:
-        """Index of this node among the job's nodes."""
+    def node_rank(self) -> int | None:
+        """Index of this node among the job's nodes; None where the launcher does not say (see node_layout)."""
         return self._layout.node_rank
 
     @property
-    def num_nodes(self) -> int:
-        """Number of nodes in the job."""
+    def num_nodes(self) -> int | None:
+        """Number of nodes in the job; None where the launcher does not say."""
         return self._layout.num_nodes
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether the job certainly runs on more than one node (also when the node count is unknown: more
+        ranks in the job than on this node)."""
+        return self.num_nodes > 1 if self.num_nodes is not None else self.world_size > self.local_world_size
+
+    def with_node_layout(self, node_rank: int, num_nodes: int) -> ClusterEnvironment:
+        """A copy that knows its node index and count (learnt from the host names of all ranks)."""
+        other = copy.copy(self)
+        other._layout = dataclasses.replace(self._layout, node_rank=node_rank, num_nodes=num_nodes)
+        return other
 
     @property
     def main_address(self) -> str:

@@ -29,13 +29,17 @@ def check_master(env: ClusterEnvironment, resolve: Callable[[str], str] = resolv
     """
     if not env.is_distributed:
         return
-    address, where = env.main_address, f"rank {env.global_rank} on node {env.node_rank} of {env.num_nodes}"
-    if env.num_nodes > 1 and _is_loopback(address):
+    address = env.main_address
+    where = f"rank {env.global_rank}" + (f" on node {env.node_rank} of {env.num_nodes}" if env.num_nodes else "")
+    if env.spans_nodes and _is_loopback(address):
         raise ClusterEnvError(
-            f"master address {address!r} is a loopback address, but the job spans {env.num_nodes} nodes "
-            f"({where}): ranks on other nodes can never reach it and would wait until the join timeout",
+            f"master address {address!r} is a loopback address, but the job spans "
+            f"{f'{env.num_nodes} nodes' if env.num_nodes else 'several nodes'} ({where}): ranks on other nodes "
+            "can never reach it and would wait until the join timeout",
             _UNSET_HINT)
-    if env.num_nodes > 1 and env.node_rank != 0 and _same_host(address, env.hostname):
+    # Needs this rank's node index; where the launcher does not say it (MPI), the check is left out rather
+    # than guessed.
+    if env.spans_nodes and env.node_rank not in (None, 0) and _same_host(address, env.hostname):
         raise ClusterEnvError(
             f"master address {address!r} is this node's own host name, but {where} is not on the first node: "
             "each node would wait for a master on itself (MASTER_ADDR=$(hostname) evaluated on every node, "

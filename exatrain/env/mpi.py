@@ -51,9 +51,12 @@ class MPIEnvironment(ClusterEnvironment):
         check_below(rank, names.rank, world, names.size)
         check_below(local_rank, names.local_rank, local_world, names.local_size)
         check_at_most(local_world, names.local_size, world, names.size)
-        # Assumes ranks fill nodes in blocks (the default mapping); MPI exports no node index.
-        num_nodes = -(-world // local_world)
-        return Layout(world, rank, local_rank, local_world, rank // local_world, num_nodes)
+        if local_world == world:  # every rank on this node
+            return Layout(world, rank, local_rank, local_world, 0, 1)
+        # MPI exports no node index (Open MPI's OMPI_COMM_WORLD_NODE_RANK is a per-node process rank), and
+        # rank // local_size is wrong for --map-by node and for hosts with different slot counts: the node
+        # layout stays unknown until the group exists and the ranks' host names give it (node_layout).
+        return Layout(world, rank, local_rank, local_world, None, None)
 
     def _read_main_address(self, environ: Mapping[str, str], master_suffix: str) -> str:
         chosen = first_set(environ, "MASTER_ADDR")

@@ -61,12 +61,22 @@ def cores_note(nproc: int) -> str | None:
             f"run is slow (fine for a smoke test; use --nproc {cores} or fewer to measure anything)")
 
 
-def agent_environment(max_restarts: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The agent's environment: this process's, plus what makes restarts reconnect when they are allowed."""
+def agent_environment(max_restarts: int, base: dict[str, str] | None = None, nproc: int = 1) -> dict[str, str]:
+    """The agent's environment: this process's, plus what makes restarts reconnect when they are allowed,
+    plus OMP_NUM_THREADS for the workers (see threads_per_worker) unless the caller set it."""
     env = dict(os.environ if base is None else base)
     if max_restarts > 0:
         env.update(RESTART_SAFE_AGENT_ENV)
+    if nproc > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(threads_per_worker(nproc))
     return env
+
+
+def threads_per_worker(nproc: int, cores: int | None = None) -> int:
+    """OpenMP threads per worker: the cores this process may use shared evenly, at least one. (torchrun
+    would set 1 and print a banner from every run; this is the same intent, chosen and said once.)"""
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    return max(1, cores // nproc)
 
 
 def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> int:
@@ -77,4 +87,8 @@ def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0
 def launch_target(nproc: int, target: list[str], max_restarts: int = 0) -> int:
     """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0 or the failed worker's exit code."""
     command = agent_command(nproc, target, max_restarts)
-    return subprocess.run(command, env=agent_environment(max_restarts)).returncode
+    env = agent_environment(max_restarts, nproc=nproc)
+    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+        print(f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
+              f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count", file=sys.stderr)
+    return subprocess.run(command, env=env).returncode

@@ -49,8 +49,10 @@ class SlurmRunner:
             raise ValueError(f"not a SLURM command: {args[0]!r}")
         path = shutil.which(args[0], path=(self.env or {}).get("PATH"))
         if path is None:
-            raise CommandNotFound(f"{args[0]} not found on PATH: this machine has no SLURM client commands",
-                                "run this on a login node of the cluster, or use --dry-run to only print the script")
+            hint = "run this on a login node of the cluster"
+            if args[0] == "sbatch":  # only submit has a mode without SLURM
+                hint += ", or use `exatrain submit --dry-run` (or `exatrain sbatch`) to only print the script"
+            raise CommandNotFound(f"{args[0]} not found on PATH: this machine has no SLURM client commands", hint)
         try:
             done = subprocess.run([path, *args[1:]], input=input, env=self.env, capture_output=True,
                                   text=True, timeout=self.timeout_s)

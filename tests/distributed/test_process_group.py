@@ -137,3 +137,28 @@ def test_cpu_when_no_gpu_and_gloo():
     assert dev.type == "cpu" and select_backend(dev) == "gloo"
     with pytest.raises(ExatrainError, match="HINT"):
         select_backend(dev, "nccl")
+
+
+def _map_by_node_worker(rank, world, port, out):
+    # as mpirun --map-by node sets it for one rank per node: local rank 0 of 1 on every "node"; the master is
+    # named by host name, as on a real multi-node job
+    import socket
+
+    env = detect_environment({"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
+                              "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+                              "MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(port)})
+    before = (env.node_rank, env.num_nodes)
+    ctx = init_distributed(env, "cpu", timeout_s=60)
+    teardown()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump({"before": before, "after": [ctx.env.node_rank, ctx.env.num_nodes]}, f)
+
+
+def test_mpi_node_layout_comes_from_the_ranks_host_names(tmp_path):
+    """Two real gloo ranks whose MPI variables cannot say where they run (local size 1 each): the node layout
+    is unknown before the group exists and then learnt from the host names: both share this machine."""
+    port = _free_port()
+    mp.spawn(_map_by_node_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got == {"before": [None, None], "after": [0, 1]}, (rank, got)

@@ -61,6 +61,8 @@ def test_torchrun_mode_workers_bind_themselves_to_their_masks(tmp_path, profile)
     rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
     assert rows["0"][2:6] == ["cpu", "0", "0", "ok"] and rows["1"][2:6] == ["cpu", "1", "1", "ok"], r.stdout
     assert "each worker bound itself to the profile's mask" in r.stdout
+    # the thread count per worker is chosen and said once, instead of torchrun's banner
+    assert "Setting OMP_NUM_THREADS" not in r.stderr and r.stderr.count("exatrain: OMP_NUM_THREADS=1 per worker") == 1
     held = run_exatrain(["train", "--nproc=2", "--job.launch=torchrun", f"--job.profile={profile}",
                          f"--run.dir={tmp_path}/held", *TINY], cwd=tmp_path, timeout=300, wrap=["taskset", "-c", "1"])
     assert held.returncode == 0, held.stderr

@@ -257,3 +257,28 @@ def test_every_path_the_ranks_use_lies_under_a_bind(tmp_path, monkeypatch, mode)
     # LUMI's container docs: the minimal bindings for MPI/RCCL over Slingshot
     for site in ("/var/spool/slurmd", "/opt/cray", "/usr/lib64/libcxi.so.1"):
         assert site in binds
+
+
+# --- what a new user stumbled on -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["squeue", "scancel", "scontrol", "sacct"])
+def test_status_and_cancel_without_slurm_do_not_suggest_dry_run(tmp_path, command):
+    """Only submit has --dry-run; status and cancel must not send the user to a flag they lack."""
+    from exatrain.launch.runner import CommandNotFound, SlurmRunner
+
+    with pytest.raises(CommandNotFound) as exc:
+        SlurmRunner(env={"PATH": str(tmp_path)})([command, "1"])
+    assert "--dry-run" not in exc.value.hint and "login node" in exc.value.hint
+    with pytest.raises(CommandNotFound) as exc:
+        SlurmRunner(env={"PATH": str(tmp_path)})(["sbatch", "x"])
+    assert "exatrain submit --dry-run" in exc.value.hint
+
+
+def test_local_runs_choose_the_thread_count_per_worker():
+    from exatrain.launch.local import agent_environment, threads_per_worker
+
+    assert threads_per_worker(2, cores=8) == 4 and threads_per_worker(4, cores=2) == 1
+    env = agent_environment(0, {"PATH": "/bin"}, nproc=2)
+    assert env["OMP_NUM_THREADS"] == str(threads_per_worker(2))
+    assert agent_environment(0, {"OMP_NUM_THREADS": "3"}, nproc=2)["OMP_NUM_THREADS"] == "3"  # the user's wins
+    assert "OMP_NUM_THREADS" not in agent_environment(0, {}, nproc=1)

@@ -52,6 +52,9 @@ def test_table_output(exatrain_cli):
                      "--parallel.tp=2")
     assert r.returncode == 0, r.stderr
     assert "total per GPU" in r.stdout and "does not fit" in r.stdout and "HSDP, TP" in r.stdout
+    # redirected output is not wrapped at 80 columns: the long header stays one line
+    header = next(line for line in r.stdout.splitlines() if line.startswith("layout:"))
+    assert len(header) > 80 and header.rstrip().endswith("s)"), r.stdout
 
 
 @pytest.mark.parametrize("overrides, expected", [

@@ -29,6 +29,8 @@ def print_plan(plan: Plan) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # a file or pipe: one line per line, however long (rich would wrap at 80)
+        console = Console(width=100_000, soft_wrap=True)
     console.print(f"layout: {plan.layout}, world size {plan.world_size:,}; vocabulary {plan.vocab_size:,}, "
                   f"{plan.batch_per_microbatch} x {plan.seq_len} tokens per microbatch "
                   f"(checked in {plan.elapsed_s:.1f} s)")
