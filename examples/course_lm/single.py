@@ -30,6 +30,7 @@ def parse_args(argv=None):
     parser.add_argument("--n-layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="train on the sequences in order")
     parser.add_argument("--out-dir", default="out", help="where model-best.pt and model-final.pt go")
     return parser.parse_args(argv)
 
@@ -134,7 +135,7 @@ def main(argv=None):
     vocab = Vocabulary(read_words(split_file(args.data_dir, "train")))
     datasets = {split: Sequences(vocab.encode(read_words(split_file(args.data_dir, split))), args.seq_len)
                 for split in ("train", "valid", "test")}
-    train_loader = torch.utils.data.DataLoader(datasets["train"], batch_size=args.batch_size, shuffle=True, drop_last=True)
+    train_loader = torch.utils.data.DataLoader(datasets["train"], batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True)
     valid_loader = torch.utils.data.DataLoader(datasets["valid"], batch_size=args.test_batch_size, shuffle=False, drop_last=True)
     test_loader = torch.utils.data.DataLoader(datasets["test"], batch_size=args.test_batch_size, shuffle=False, drop_last=True)
 
