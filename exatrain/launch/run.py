@@ -93,12 +93,14 @@ def torch_variables(env: ClusterEnvironment) -> dict[str, str]:
     """
     if env.kind == "torchelastic":
         return {}
-    return {
+    variables = {
         "RANK": str(env.global_rank), "WORLD_SIZE": str(env.world_size),
         "LOCAL_RANK": str(env.local_rank), "LOCAL_WORLD_SIZE": str(env.local_world_size),
-        "GROUP_RANK": str(env.node_rank), "GROUP_WORLD_SIZE": str(env.num_nodes),
         "MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port),
     }
+    if env.node_rank is not None:  # MPI over several nodes exports no node index: left unset, never guessed
+        variables.update(GROUP_RANK=str(env.node_rank), GROUP_WORLD_SIZE=str(env.num_nodes))
+    return variables
 
 
 def batch_shell_error(env: ClusterEnvironment) -> ExatrainError | None:

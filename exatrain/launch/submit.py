@@ -15,7 +15,8 @@ from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
 from exatrain.launch.containers import rank_paths
 from exatrain.launch.profiles import is_profile_path, load_profile
-from exatrain.launch.sbatch import _is_exatrain_train, render_sbatch
+from exatrain.launch.rank_command import command_kind
+from exatrain.launch.sbatch import render_sbatch
 from exatrain.launch.spec import JobSpec, check_signal_handled
 from exatrain.launch.sweep import Sweep
 
@@ -76,7 +77,7 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
         job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
     cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
-    if _is_exatrain_train(list(spec.command)):
+    if command_kind(list(spec.command)) == "trainer":
         check_signal_handled(spec, cfg.checkpoint.signals)
     text = to_toml(cfg)
     config_path = _beside_run_dir(run_dir, ".toml")

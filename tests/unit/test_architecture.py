@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
-LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"distributed"},
+LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"distributed"},
           {"models", "data", "checkpoint"}, {"train"}, {"cli"}]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE|"
@@ -26,6 +26,7 @@ CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VI
 WHOLE_ENVIRONMENT = {
     "launch/local.py": "copied as the environment of the torchrun agent it starts",
     "distributed/process_group.py": "handed to env's visibility_problem, which reads it",
+    "cli/commands.py": "copied as the environment `exatrain run` execs the user's script with",
 }
 _READ_METHODS = {"get", "__getitem__", "__contains__"}
 _WRITE_METHODS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}

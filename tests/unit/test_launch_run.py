@@ -37,9 +37,12 @@ def test_slurm_task_gets_the_torchrun_contract():
 def test_mpi_rank_uses_the_given_master():
     env = MPIEnvironment({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                           "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "head", "MASTER_PORT": "29511"})
+    # 4 ranks per node out of 8: several nodes, and MPI exports no node index, so GROUP_RANK is not guessed
     assert torch_variables(env) == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
-                                    "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "head",
-                                    "MASTER_PORT": "29511"}
+                                    "MASTER_ADDR": "head", "MASTER_PORT": "29511"}
+    one_node = MPIEnvironment({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                               "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "head", "MASTER_PORT": "29511"})
+    assert torch_variables(one_node)["GROUP_RANK"] == "0" and torch_variables(one_node)["GROUP_WORLD_SIZE"] == "1"
 
 
 def test_torchrun_variables_are_kept_as_the_agent_set_them():

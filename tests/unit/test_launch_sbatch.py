@@ -18,6 +18,7 @@ import pytest
 from exatrain.errors import ConfigError
 from exatrain.launch import JobSpec, bundled_profiles, load_profile, render_sbatch, sbatch_flags
 from tests.unit.lumi_gcd import gcd_mask
+from tests.unit.goldens import check_golden
 
 GOLDEN = Path(__file__).with_name("golden")
 HOSTILE = "a'b\"c $(touch /tmp/pwned) d"
@@ -34,12 +35,7 @@ def _render(profile, mode, **changes):
 def test_golden(profile, mode):
     text = _render(profile, mode)
     path = GOLDEN / f"{profile}-{mode}.sbatch"
-    if os.environ.get("EXATRAIN_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-        pytest.fail(f"golden files rewritten; review the diff ({path.name}: git diff tests/unit/golden), then "
-                    "run again without EXATRAIN_UPDATE_GOLDEN")
-    assert path.is_file(), f"missing {path}: run with EXATRAIN_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs from the rendering (intended? see the module docstring)"
+    check_golden(path, text)
 
 
 def test_every_profile_has_goldens():

@@ -7,7 +7,6 @@ and review the diff before committing.
 """
 
 import dataclasses
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from exatrain.errors import ConfigError
 from exatrain.launch import JobSpec, load_profile, render_sbatch
+from tests.unit.goldens import check_golden
 
 GOLDEN = Path(__file__).with_name("golden") / "script"
 SCRIPT_JOB = JobSpec(nodes=2, time="00:20:00", account="project_465000123", name="ddp",
@@ -35,11 +35,7 @@ def test_golden_script_job(profile, mode):
     spec = dataclasses.replace(SCRIPT_JOB, launch=mode, profile=profile)
     text = render_sbatch(spec, load_profile(profile), "runs/ddp")
     path = GOLDEN / f"{profile}-{mode}.sbatch"
-    if os.environ.get("EXATRAIN_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.is_file(), f"missing {path}: run with EXATRAIN_UPDATE_GOLDEN=1"
-    assert text == path.read_text()
+    check_golden(path, text)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
