@@ -139,7 +139,7 @@ def report(size, seq, batch, vocab, compiled, m, plan) -> None:
           f"{head / (batch * seq * vocab):5.2f} B*T*V bytes)  grads {grads / MIB:7.0f} MiB  "
           f"step peak {peak / MIB:8.0f} MiB = resident + activations + {(peak - m['forward_done']) / MIB:.0f} MiB  "
           f"| plan total {plan.total / MIB:8.0f} MiB (params {plan.params / MIB:.0f}, grads {plan.grads / MIB:.0f}, "
-          f"AdamW {plan.optimizer / MIB:.0f}, activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
+          f"AdamW {plan.optimizer / MIB:.0f}, weight copies {plan.weight_copies / MIB:.0f}, activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
           flush=True)
 
 
@@ -157,7 +157,16 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 parameters, fused AdamW",
           flush=True)
     modes = {"both": (False, True), "yes": (True,), "no": (False,)}[a.compile]
-    for case in a.cases.split(","):
+    cases = a.cases.split(",")
+    if len(cases) * len(modes) > 1:  # one process per case: nothing of an earlier case stays allocated
+        import subprocess
+
+        for case in cases:
+            for compiled in modes:
+                subprocess.run([sys.executable, "-m", "benchmarks.gpu_memory", "--cases", case,
+                                "--compile", "yes" if compiled else "no"], check=True)
+        return 0
+    for case in cases:
         size, seq, batch, vocab = case.split(":")
         seq, batch, vocab = int(seq), int(batch), int(vocab)
         torch.manual_seed(0)

@@ -108,8 +108,13 @@ def test_checkpointing_and_tp_shrink_the_estimate():
     tp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8))
     sp = memory.stage_activation_bytes(18, False, False, replace(spec, tp=8, sequence_parallel=True))
     assert full < every < none
-    # TP splits 13 of the 17 B*T*D terms; sequence parallelism also the 2 residual ones (module docstring)
-    assert tp == pytest.approx(none * (4 + 13 / 8) / 17) and sp == pytest.approx(none * (2 / 8 + 2 + 13 / 8) / 17)
+    # bf16 autocast, eager: 8 bytes of fp32 residual + 8 of norm-output casts + 24 bytes TP shards, per B*T*D
+    # (module docstring); sequence parallelism also shards the residual
+    assert tp == pytest.approx(none * (8 + 8 + 24 / 8) / 40) and sp == pytest.approx(none * (8 / 8 + 8 + 24 / 8) / 40)
+    fp32 = memory.stage_activation_bytes(18, False, False, replace(spec, elem_bytes=4))
+    fp32_tp = memory.stage_activation_bytes(18, False, False, replace(spec, elem_bytes=4, tp=8))
+    # fp32: TP splits 13 of the 17 B*T*D elements
+    assert fp32_tp == pytest.approx(fp32 * (4 + 13 / 8) / 17)
 
 
 def test_pipeline_microbatches_in_flight():

@@ -4,9 +4,9 @@ Parameter and gradient shard sizes are MEASURED from the layout (see exatrain.tr
 only adds what a layout cannot show: AdamW state per parameter element, transient buffers, and an
 activation ESTIMATE from a per-block formula.
 
-Activation formula (elements saved for backward per block, in units of B*T*D, B = samples per
-(pipeline) microbatch, T = sequence length, D = model width), read off the reference block in
-models/transformer.py with flash/memory-efficient attention (no T x T score matrix is kept):
+Activation formula (bytes saved for backward per block, in units of B*T*D, B = samples per (pipeline)
+microbatch, T = sequence length, D = model width), read off the reference block in models/transformer.py with
+flash attention (no T x T score matrix is kept). In fp32 (CPU runs), 4 bytes per element:
 
     residual stream into the two RMSNorms                  2        (/ tp with sequence parallel)
     norm outputs saved by wq/wk/wv and w1                  2        (whole under TP: the all-gathered input)
@@ -14,13 +14,22 @@ models/transformer.py with flash/memory-efficient attention (no T x T score matr
     wo's input (heads re-merged)                           1   |    (/ tp: heads and MLP width are sharded)
     w1's output (GELU input) and GELU's output (w2 input)  8  /
                                                           --
-                                                          17 B*T*D per block without TP
+                                                          17 elements = 68 bytes per B*T*D without TP
 
-Activation checkpointing keeps only each checkpointed block's input (1 B*T*D) plus one block's full set
-while it is recomputed in backward. Head (last stage): final norm input and output (2 B*T*D) and the logits
-B*T*V three times (logits in compute dtype, fp32 log-probs, their fp32 gradient), / tp with loss_parallel.
-Dropout masks (1 byte per element) are added per block when dropout > 0. It is an estimate: allocator
-slack, the CUDA context and temporary buffers of kernels are not in it.
+Under bf16 autocast (GPU runs) it is not 17 x 2: MEASURED on an H100 (torch 2.11, benchmarks/gpu_memory.py,
+docs/performance.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept in
+fp32 (2 x 4 bytes), and eager autocast casts the fp32 norm output to bf16 once per consumer (wq, wk, wv, w1:
+4 x 2 bytes); q, k, v, the attention output (wo's input is a view of it) and the MLP's 8 are bf16 (24 bytes):
+40 bytes per B*T*D. torch.compile'd blocks keep 34 (one cast per norm: 4; 22 in the sharded terms; that split
+is assumed, the total measured). Besides, autocast keeps a bf16 copy of every fp32 matmul weight for backward
+(2 bytes per weight element, once per rank: `weight_copy_bytes`).
+
+Activation checkpointing keeps only each checkpointed block's input (1 B*T*D elements) plus one block's full
+set while it is recomputed in backward. Head (last stage): the final norm's fp32 input and its output (4 + 2
+bytes in bf16, 4 + 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V) are kept; at the start of backward
+the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for a moment (`head_backward_bytes`);
+/ tp with loss_parallel. Dropout masks (1 byte per element) are added per block when dropout > 0. It is an
+estimate: allocator slack, the CUDA context and temporary buffers of kernels are not in it.
 """
 
 from __future__ import annotations
@@ -32,7 +41,10 @@ from exatrain.models import ModelShape
 
 ADAMW_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32 each, per parameter element (plus a scalar step per tensor)
 STEP_BYTES = 4  # AdamW's `step` is one fp32 scalar tensor per parameter tensor
-FULL_BLOCK = 17  # B*T*D elements saved by one block without TP (see the module docstring)
+FULL_BLOCK = 17  # fp32: B*T*D elements saved by one block without TP (see the module docstring)
+# bf16 autocast: bytes per B*T*D saved by one block as (fp32 residual, bf16 casts of the norm outputs (whole
+# under TP), terms sharded by TP); measured on an H100 with benchmarks/gpu_memory.py (module docstring)
+BF16_BLOCK = {"eager": (8, 8, 24), "compiled": (8, 4, 22)}
 GIB = 1024 ** 3
 TIGHT_FRACTION = 0.9  # above this share of the GPU the verdict says "tight": allocator slack and context eat the rest
 
@@ -52,15 +64,20 @@ class ActivationSpec:
     ac: str = "none"  # none, full, every
     ac_every: int = 2
     dropout: bool = False
+    compiled: bool = False  # blocks run under torch.compile (inductor keeps fewer tensors)
 
 
 def block_activation_bytes(s: ActivationSpec) -> float:
     """Bytes one block keeps for backward for one microbatch (no checkpointing)."""
     btd = s.batch * s.seq_len * s.shape.dim
     sp = s.tp if s.sequence_parallel else 1
-    elements = btd * (2 / sp + 2 + (FULL_BLOCK - 4) / s.tp)
+    if s.elem_bytes == 4:
+        per_btd = 4 * (2 / sp + 2 + (FULL_BLOCK - 4) / s.tp)
+    else:
+        residual, casts, sharded = BF16_BLOCK["compiled" if s.compiled else "eager"]
+        per_btd = residual / sp + casts + sharded / s.tp
     masks = 2 * btd / sp if s.dropout else 0  # attention-output and MLP-output dropout masks (bool)
-    return elements * s.elem_bytes + masks
+    return btd * per_btd + masks
 
 
 def checkpointed_blocks(n_blocks: int, s: ActivationSpec) -> int:
@@ -83,11 +100,31 @@ def stage_activation_bytes(n_blocks: int, first: bool, last: bool, s: Activation
         blocks += full  # one checkpointed block is recomputed (whole) at a time during backward
     embed = btd * s.elem_bytes / sp if first else 0  # token + position embedding sum entering block 0
     head = 0.0
-    if last:
-        vocab_split = s.tp if s.loss_parallel else 1
-        logits = s.batch * s.seq_len * s.vocab / vocab_split
-        head = 2 * btd * s.elem_bytes / sp + logits * (s.elem_bytes + 4 + 4)
+    if last:  # the final norm's fp32 input and its output, the fp32 log-probs
+        head = btd * (4 + s.elem_bytes) / sp + 4 * _logits(s)
     return blocks + embed + head
+
+
+def _logits(s: ActivationSpec) -> float:
+    """Logit elements of one microbatch on this rank (vocabulary-sharded with loss parallel)."""
+    return s.batch * s.seq_len * s.vocab / (s.tp if s.loss_parallel else 1)
+
+
+def head_backward_bytes(last: bool, s: ActivationSpec) -> float:
+    """What the loss's backward adds for a moment on the last stage: the gradients of the fp32 log-probs and
+    of the logits (8 bytes per logit; measured on an H100 as the whole step's peak above the end of forward)."""
+    return 8 * _logits(s) if last else 0.0
+
+
+def weight_copy_bytes(n_blocks: int, last: bool, s: ActivationSpec) -> float:
+    """bf16 copies of fp32 matmul weights that autocast keeps for backward (none in fp32 or with FSDP's bf16
+    parameters): 2 bytes per weight element of the blocks that keep their activations, and of the output head."""
+    if s.elem_bytes == 4:
+        return 0.0
+    d = s.shape.dim
+    kept = n_blocks - checkpointed_blocks(n_blocks, s) + (1 if checkpointed_blocks(n_blocks, s) else 0)
+    per_block = (4 + 2 * s.shape.mlp_ratio) * d * d / s.tp
+    return 2 * (kept * per_block + (s.vocab * d / s.tp if last else 0))
 
 
 def microbatches_in_flight(schedule: str, pp: int, pp_rank: int, microbatches: int, chunks: int) -> int:

@@ -37,6 +37,7 @@ class RankPlan:
     grads: int
     optimizer: int
     transient: int  # FSDP gathered units / DDP gradient buckets
+    weight_copies: int  # bf16 copies of fp32 matmul weights that autocast keeps for backward
     activation_per_microbatch: int
     microbatches_in_flight: int
     activations: int
@@ -114,7 +115,7 @@ def activation_spec(cfg: Config, dims: ParallelDims, vocab: int) -> memory.Activ
         shape=model_shape(cfg.model.size, cfg.model.n_layers), vocab=vocab, seq_len=cfg.data.seq_len,
         batch=cfg.train.micro_batch_size // micro, elem_bytes=compute_bytes(cfg), tp=dims.tp,
         sequence_parallel=p.sequence_parallel, loss_parallel=p.loss_parallel, ac=p.activation_checkpoint,
-        ac_every=p.activation_checkpoint_every, dropout=cfg.model.dropout > 0)
+        ac_every=p.activation_checkpoint_every, dropout=cfg.model.dropout > 0, compiled=p.compile)
 
 
 def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec,
@@ -127,14 +128,27 @@ def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.Activ
     chunks = len(s.stages)
     in_flight = memory.microbatches_in_flight(cfg.parallel.pp_schedule, dims.pp, s.pp_rank,
                                               dims.microbatches(cfg.parallel), chunks)
-    acts = per_micro * in_flight
+    acts = per_micro * in_flight + memory.head_backward_bytes(s.last, spec)
     transient = transient_bytes(s, cfg, dims, grads)
-    state = 0 if cfg.parallel.cpu_offload else s.param_bytes + grads + optim  # offloaded: in host memory
-    total = state + transient + acts
+    autocast_copies = spec.elem_bytes == 2 and cfg.parallel.param_dtype == "fp32"
+    copies = int(memory.weight_copy_bytes(sum(s.blocks), s.last, spec)) if autocast_copies else 0
+    offload = cfg.parallel.cpu_offload  # parameters, gradients and optimizer state in host memory
+    state = 0 if offload else s.param_bytes + optim
+    device_grads = 0 if offload else grads
+    # backward frees a block's activations as it creates the block's gradients: they add up only when
+    # gradients are already held while activations are kept (accumulation over micro-batches, pipelines)
+    working = acts + device_grads if _grads_held_during_forward(cfg, dims) else max(acts, device_grads)
+    total = state + transient + copies + working
     return RankPlan(rank=s.rank, pp_rank=s.pp_rank, stages=s.stages, blocks=s.blocks, params=s.param_bytes,
-                    grads=grads, optimizer=optim, transient=transient,
+                    grads=grads, optimizer=optim, transient=transient, weight_copies=copies,
                     activation_per_microbatch=int(per_micro), microbatches_in_flight=in_flight,
                     activations=int(acts), total=int(total), verdict=memory.verdict(total, gpu_gb))
+
+
+def _grads_held_during_forward(cfg: Config, dims: ParallelDims) -> bool:
+    """Does a forward run while gradients exist? With pipeline parallel or gradient accumulation, yes."""
+    t = cfg.train
+    return dims.pp_enabled or t.global_batch_size > t.micro_batch_size * dims.dp
 
 
 def transient_bytes(s: RankShards, cfg: Config, dims: ParallelDims, grads: int) -> int:
@@ -152,6 +166,14 @@ def transient_bytes(s: RankShards, cfg: Config, dims: ParallelDims, grads: int) 
     return grads if dims.ddp else 0
 
 
+def _block_note(spec: memory.ActivationSpec) -> str:
+    if spec.elem_bytes == 4:
+        return f"{memory.FULL_BLOCK} x B*T*D fp32 elements"
+    residual, casts, sharded = memory.BF16_BLOCK["compiled" if spec.compiled else "eager"]
+    return (f"{residual + casts + sharded} bytes x B*T*D under bf16 autocast ({'compiled' if spec.compiled else 'eager'}: "
+            "fp32 residual stream, measured on an H100), plus bf16 copies of the fp32 matmul weights")
+
+
 def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) -> list[str]:
     """What the numbers assume, printed under the table."""
     notes = [
@@ -161,9 +183,11 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
         "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in param_dtype, "
         "its unsharded gradient and fp32 reduce input; DDP: its buckets, one more copy of the gradients",
-        f"activations: ESTIMATE, {memory.FULL_BLOCK} x B*T*D per block (flash attention), "
-        f"{'bf16' if spec.elem_bytes == 2 else 'fp32'}, B = {spec.batch} samples per microbatch, T = {spec.seq_len}; "
-        f"checkpointing: {cfg.parallel.activation_checkpoint}",
+        f"activations: ESTIMATE, {_block_note(spec)} per block (flash attention), "
+        f"B = {spec.batch} samples per microbatch, T = {spec.seq_len}; checkpointing: {cfg.parallel.activation_checkpoint}; "
+        "the last stage adds 8 bytes per logit for the loss's backward",
+        "gradients and activations: their sum when gradients exist during a forward (accumulation, pipeline), "
+        "else the larger (backward frees activations as it creates gradients)",
         "not included: CUDA context (~0.5-1 GiB), allocator fragmentation, NCCL buffers; "
         f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",
     ]

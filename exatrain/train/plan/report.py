@@ -9,7 +9,7 @@ from exatrain.train.plan.planner import Plan
 
 ROWS = (  # (label, RankPlan attribute)
     ("parameters", "params"), ("gradients", "grads"), ("optimizer (AdamW)", "optimizer"),
-    ("FSDP/DDP buffers", "transient"), ("activations / microbatch", "activation_per_microbatch"),
+    ("FSDP/DDP buffers", "transient"), ("bf16 weight copies", "weight_copies"), ("activations / microbatch", "activation_per_microbatch"),
     ("activations (in flight)", "activations"), ("total per GPU", "total"),
 )
 
