@@ -66,7 +66,7 @@ def main(argv=None):
                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
                          max_position_embeddings=args.seq_len, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)  # random weights from the config: no download, no hub access
-    model = exatrain.parallelize(model, ctx)  # fully_shard on each LlamaDecoderLayer (found automatically), then the root
+    model = exatrain.parallelize(model, ctx)  # fully_shard on each LlamaDecoderLayer (found by itself), then the root
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     ckpt = exatrain.Checkpointer(args.run_dir, ctx, model=model, optimizer=optimizer, loader=loader,

@@ -28,7 +28,7 @@ def parse_args(argv=None):
     parser.add_argument("--image-size", type=int, default=32, help="images are resized and centre-cropped to this")
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps in total (a resumed run continues)")
     parser.add_argument("--batch-size", type=int, default=64, help="global batch: images per step over all ranks")
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
     parser.add_argument("--norm", choices=["batch", "group"], default="batch",
                         help="BatchNorm (torchvision's default; statistics per rank) or GroupNorm (32 groups)")
     parser.add_argument("--checkpoint-interval", type=int, default=0, help="checkpoint every N steps (0: never)")
