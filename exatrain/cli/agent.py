@@ -22,10 +22,22 @@ def describe_failure(rank: int, failure, others: int) -> str:
             how = f"signal {signal.Signals(-failure.exitcode).name}"
         except ValueError:
             how = f"signal {-failure.exitcode}"
-    more = f"; {others} other worker(s) failed too" if others else ""
-    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed with {how}{more}\n"
+    more = f"; {others} other worker(s) ended with it" if others else ""
+    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed with {how}{_reported(failure)}"
+            f"{more}\n"
             "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
             "the workers after a failure")
+
+
+def _reported(failure) -> str:
+    """The first line of the error a worker reported in torchrun's error file (scripts whose main is
+    decorated with torch's ``@record``), else nothing."""
+    data = failure.error_file_data or {}
+    message = data.get("message")
+    if message in (None, "<NONE>"):
+        return ""
+    text = str(message.get("message", "") if isinstance(message, dict) else message).strip()
+    return f": {text.splitlines()[0]}" if text else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,9 +64,9 @@ def cmd_run(args, extra: list[str]) -> int:
                              master_port=args.master_port)
     if env.kind == "local":
         return _run_local(args, env, target)
-    if args.nproc not in (None, 1) and env.global_rank == 0:
-        print(f"exatrain: note: --nproc ignored: already launched by {env.kind} with {env.world_size} rank(s)",
-              file=sys.stderr)
+    if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
+        print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
+              f"{env.world_size} rank(s)", file=sys.stderr)
     child_env, notes = runner.rank_environment(env, os.environ, masks=profile.cpu_masks if profile else (),
                                                affinity=args.affinity)
     for note in notes:

@@ -46,6 +46,16 @@ def test_failing_rank_is_named_and_its_exit_code_passed_through(tmp_path):
     assert "note: 2 workers share 1 CPU core(s)" in r.stderr
 
 
+def test_error_reported_through_torchruns_error_file_is_quoted(tmp_path):
+    """A script whose main has torch's @record writes its exception to torchrun's error file: exatrain quotes it."""
+    (tmp_path / "boom.py").write_text(
+        "import os\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n@record\ndef main():\n"
+        "    if os.environ['RANK'] == '1':\n        raise ValueError('bad batch in shard 7')\n\nmain()\n")
+    r = run_exatrain(["run", "--nproc", "2", "boom.py"], cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "exatrain: error: rank 1 (local rank 1" in r.stderr and "bad batch in shard 7" in r.stderr.split("exatrain: error:")[1]
+
+
 def test_max_restarts_restarts_the_workers(tmp_path):
     """Rank 1 fails in the first attempt only: with --max-restarts 1 the agent starts the group again and
     the run succeeds (the agent gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as `exatrain train` does)."""
@@ -132,3 +142,14 @@ def test_bad_input_is_explained(name, tmp_path):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert needle in r.stderr and "HINT:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_rank_wrapper_imports_no_torch(tmp_path):
+    """The wrapper is launch-layer code: before it becomes the script it has not imported torch (each rank
+    would pay for torch's import twice)."""
+    (tmp_path / "show.py").write_text(SHOW)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "exatrain.cli.main", "run", "show.py"], cwd=tmp_path,
+                       env=clean_environment(_slurm_task(0)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["RANK"] == "0", r.stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines() if "|" in line}
+    assert "exatrain" in imported and "torch" not in imported

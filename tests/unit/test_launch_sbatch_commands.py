@@ -84,7 +84,9 @@ def test_wrapped_script_sees_all_gpus_of_its_node():
     script gets --gpus-per-node instead; exatrain's trainer keeps the profile's --gpus-per-task."""
     script = render_sbatch(dataclasses.replace(SCRIPT_JOB, profile="generic-nvidia"), load_profile("generic-nvidia"), "r")
     trainer = render_sbatch(JobSpec(nodes=2), load_profile("generic-nvidia"), "r")
+    own = render_sbatch(JobSpec(nodes=2, command=("exatrain", "run", "t.py")), load_profile("generic-nvidia"), "r")
     assert "#SBATCH --gpus-per-node=4" in script and "--gpus-per-task" not in script
+    assert "#SBATCH --gpus-per-node=4" in own  # the user's own `exatrain run` too
     assert "#SBATCH --gpus-per-task=1" in trainer
 
 
