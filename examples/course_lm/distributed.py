@@ -79,6 +79,10 @@ class Sequences(Dataset):
         return chunk[:-1], chunk[1:]
 
 
+def load_split(data_dir, split, vocab, seq_len):
+    return Sequences(vocab.encode(read_words(split_file(data_dir, split))), seq_len)
+
+
 # ---------------------------------------------------------------- model
 
 class TransformerLM(nn.Module):
@@ -134,11 +138,11 @@ def main(argv=None):
     device = ctx.device
 
     vocab = Vocabulary(read_words(split_file(args.data_dir, "train")))
-    datasets = {split: Sequences(vocab.encode(read_words(split_file(args.data_dir, split))), args.seq_len)
-                for split in ("train", "valid", "test")}
-    train_loader = exatrain.DataLoader(datasets["train"], ctx, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True)
-    valid_loader = exatrain.DataLoader(datasets["valid"], ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
-    test_loader = exatrain.DataLoader(datasets["test"], ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
+    train_data, valid_data, test_data = (load_split(args.data_dir, split, vocab, args.seq_len)
+                                         for split in ("train", "valid", "test"))
+    train_loader = exatrain.DataLoader(train_data, ctx, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True)
+    valid_loader = exatrain.DataLoader(valid_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
+    test_loader = exatrain.DataLoader(test_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
 
     model = TransformerLM(len(vocab.itos), args.d_model, args.n_heads, args.n_layers, args.seq_len, args.dropout)
     model = exatrain.parallelize(model.to(device), ctx)
