@@ -8,11 +8,13 @@ flag; the trainer checks it after every step, on all ranks together, so every ra
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import torch
 
 from exatrain.distributed import any_rank
 from exatrain.errors import ConfigError
+from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER
 
 
 class PreemptionFlag:
@@ -44,3 +46,23 @@ def _signal(name: str) -> signal.Signals:
         return signal.Signals[key]
     except KeyError:
         raise ConfigError(f"checkpoint.signals: unknown signal {name!r}", "use names such as USR2, TERM, USR1") from None
+
+
+def handled_signals(setting: str, kind: str, in_slurm_job: bool) -> tuple[str, ...]:
+    """The checkpoint.signals a rank handles. Under torchrun outside SLURM, TERM is left to its default: the
+    agent stops the surviving workers with TERM when one fails, and catching it would keep them in a
+    collective with the dead rank until the agent's kill timeout. In a SLURM job TERM is also SLURM's
+    preemption notice (and the agent forwards TERM it receives), so it is handled there."""
+    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
+    if kind == "torchelastic" and not in_slurm_job:
+        names = [n for n in names if n != "TERM"]
+    return tuple(names)
+
+
+def request_requeue(run_dir: Path, under_torchrun: bool) -> str:
+    """Leave RUN_DIR/requeue-requested for whoever started the ranks (the batch script requeues the job,
+    `exatrain train --nproc` exits 75); returns the line to print. Call on one rank, after the commit."""
+    (run_dir / REQUEUE_MARKER).write_text("checkpoint committed; requeue or restart with --checkpoint.resume=auto\n")
+    how = ("torchrun's agent exits 1 after a signal, so" if under_torchrun else f"exit code {EXIT_REQUEUE};")
+    return (f"could not requeue from here: {how} {run_dir / REQUEUE_MARKER} tells the batch script to requeue "
+            "(outside SLURM: restart with --checkpoint.resume=auto)")

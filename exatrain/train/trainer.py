@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from exatrain.checkpoint import CheckpointManager, TrainingState
-from exatrain.checkpoint.preemption import PreemptionFlag
+from exatrain.checkpoint.preemption import PreemptionFlag, handled_signals, request_requeue
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.distributed import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
@@ -54,7 +54,7 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
                                   resume_step=self.step if resume is not None else None)
         self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
-        self.preemption = PreemptionFlag(_preemption_signals(cfg.checkpoint.signals, ctx.env.kind))
+        self.preemption = PreemptionFlag(handled_signals(cfg.checkpoint.signals, ctx.env.kind, bool(ctx.env.job_id)))
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
 
@@ -200,6 +200,8 @@ class Trainer:
             # SLURM ends this job step as soon as the requeue is accepted: say so before asking
             self.progress.line(f"requeueing SLURM job {self.ctx.env.job_id}; it resumes from this checkpoint")
             requeued, message = requeue_job(self.ctx.env.job_id)
+        if is_root() and not requeued:
+            message = f"{message}; {request_requeue(self.run_dir, self.ctx.env.kind == 'torchelastic')}"
         requeued, message = all_gather_objects((requeued, message))[0]
         self.progress.line(message if requeued else f"{message} (exit code {EXIT_REQUEUE})")
         self.preemption.restore()
@@ -246,15 +248,6 @@ def _summary_line(s: dict) -> str:
     return (f"done: {s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s); "
             f"validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
             f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
-
-
-def _preemption_signals(setting: str, kind: str) -> tuple[str, ...]:
-    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
-    if kind == "torchelastic":
-        # torchrun's agent stops the surviving workers with SIGTERM when one fails: catching it here would
-        # keep them alive, blocked in a collective with the dead rank, until the agent's kill timeout.
-        names = [n for n in names if n != "TERM"]
-    return tuple(names)
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
