@@ -14,7 +14,7 @@ from pathlib import Path
 from torch.nn.parallel import DistributedDataParallel
 
 from exatrain.checkpoint.manager import CheckpointManager
-from exatrain.checkpoint.preemption import PreemptionFlag, preemption_signals
+from exatrain.checkpoint.preemption import PreemptionFlag, handled_signals, request_requeue
 from exatrain.checkpoint.state import TrainingState
 from exatrain.distributed.collectives import all_gather_objects, is_root, print0
 from exatrain.distributed.seed import rank_seed, seed_everything
@@ -41,7 +41,7 @@ class Checkpointer:
         plain = model.module if isinstance(model, DistributedDataParallel) else model
         self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, config, ctx.rank,
                                    ctx.device, layout=ctx.dims.describe())
-        self.preemption = PreemptionFlag(preemption_signals(signals, ctx.env.kind))
+        self.preemption = PreemptionFlag(handled_signals(signals, ctx.env.kind, bool(ctx.env.job_id)))
         self.resumed_from: Path | None = None
 
     def _progress(self) -> dict:
@@ -106,6 +106,8 @@ class Checkpointer:
             # SLURM ends this job step as soon as the requeue is accepted: say so before asking
             self.log(f"requeueing SLURM job {env.job_id}; it resumes from this checkpoint")
             requeued, message = requeue_job(env.job_id)
+        if is_root() and not requeued:  # the batch script (or `exatrain train --nproc`) requeues instead
+            message = f"{message}; {request_requeue(self.run_dir, env.kind == 'torchelastic')}"
         requeued, message = all_gather_objects((requeued, message))[0]
         code = 0 if requeued else EXIT_REQUEUE
         self.log(message if requeued else f"{message} (exit code {code})")

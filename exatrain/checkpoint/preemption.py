@@ -10,11 +10,13 @@ exatrain.distributed.collectives.LaggedAnyRank).
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import torch
 
 from exatrain.distributed.collectives import LaggedAnyRank
 from exatrain.errors import ConfigError
+from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER
 
 
 class PreemptionFlag:
@@ -42,21 +44,29 @@ class PreemptionFlag:
             signal.signal(sig, handler)
 
 
-def preemption_signals(setting: str, launcher_kind: str) -> tuple[str, ...]:
-    """The signal names of a setting like "USR2,TERM" that mean "time is up" under this launcher.
-
-    Under torchrun, TERM is left out: its agent stops the surviving workers with SIGTERM when one fails,
-    and catching it would keep them alive, blocked in a collective with the dead rank, until the agent's
-    kill timeout."""
-    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
-    if launcher_kind == "torchelastic":
-        names = [n for n in names if n != "TERM"]
-    return tuple(names)
-
-
 def _signal(name: str) -> signal.Signals:
     key = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
     try:
         return signal.Signals[key]
     except KeyError:
         raise ConfigError(f"checkpoint.signals: unknown signal {name!r}", "use names such as USR2, TERM, USR1") from None
+
+
+def handled_signals(setting: str, kind: str, in_slurm_job: bool) -> tuple[str, ...]:
+    """The checkpoint.signals a rank handles. Under torchrun outside SLURM, TERM is left to its default: the
+    agent stops the surviving workers with TERM when one fails, and catching it would keep them in a
+    collective with the dead rank until the agent's kill timeout. In a SLURM job TERM is also SLURM's
+    preemption notice (and the agent forwards TERM it receives), so it is handled there."""
+    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
+    if kind == "torchelastic" and not in_slurm_job:
+        names = [n for n in names if n != "TERM"]
+    return tuple(names)
+
+
+def request_requeue(run_dir: Path, under_torchrun: bool) -> str:
+    """Leave RUN_DIR/requeue-requested for whoever started the ranks (the batch script requeues the job,
+    `exatrain train --nproc` exits 75); returns the line to print. Call on one rank, after the commit."""
+    (run_dir / REQUEUE_MARKER).write_text("checkpoint committed; requeue or restart with --checkpoint.resume=auto\n")
+    how = ("torchrun's agent exits 1 after a signal, so" if under_torchrun else f"exit code {EXIT_REQUEUE};")
+    return (f"could not requeue from here: {how} {run_dir / REQUEUE_MARKER} tells the batch script to requeue "
+            "(outside SLURM: restart with --checkpoint.resume=auto)")

@@ -42,11 +42,15 @@ def _reported(failure) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the workers to completion; 0, or the first failed worker's exit code."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     try:
         run(parse_args(sys.argv[1:] if argv is None else argv))
+    except SignalException as e:  # a --signals-to-handle signal: the agent passed it to the workers and stopped
+        print(f"exatrain: the agent received {e.sigval.name} and passed it to the workers", file=sys.stderr, flush=True)
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
         print(f"exatrain: error: {describe_failure(rank, failure, len(e.failures) - 1)}", file=sys.stderr, flush=True)

@@ -37,7 +37,8 @@ def cmd_train(args, overrides: list[str]) -> int:
 
     prepare_data(cfg)  # fails early on bad data, and fills the cache once instead of in every worker
     worker_args = ["train", *(["--config", str(Path(args.config).resolve())] if args.config else []), *overrides]
-    return launch_local(nproc, "exatrain.cli.main", worker_args, max_restarts=args.max_restarts)
+    return launch_local(nproc, "exatrain.cli.main", worker_args, max_restarts=args.max_restarts,
+                        signals=cfg.checkpoint.signals, run_dir=cfg.run.dir)
 
 
 def _train_here(cfg) -> int:

@@ -6,10 +6,13 @@ Never imports torch: the agent runs in a child process, so this module stays ins
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from exatrain.errors import ConfigError
+from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 
 # torchrun's c10d rendezvous shares one TCPStore between the agent and its workers, and keeps it across
 # restarts without a per-attempt key prefix (torch 2.13; pytorch/pytorch#135712). A restarted group then
@@ -34,21 +37,23 @@ def check_max_restarts(max_restarts: int) -> int:
     return max_restarts
 
 
-def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> list[str]:
+def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int = 0, signals: str = "") -> list[str]:
     """The command that runs `python -m <module> <args>` in `nproc` workers on this node."""
-    return agent_command(nproc, ["-m", module, *args], max_restarts)
+    return agent_command(nproc, ["-m", module, *args], max_restarts, signals)
 
 
-def agent_command(nproc: int, target: list[str], max_restarts: int = 0) -> list[str]:
+def agent_command(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "") -> list[str]:
     """The command that runs ``target`` (torchrun's form: ``SCRIPT ARGS`` or ``-m MODULE ARGS``) in `nproc`
     workers on this node, under torchrun's agent in `exatrain.cli.agent` (torchrun's own arguments; a failed
     worker is named and its exit code returned).
 
     `--standalone` gives a private c10d rendezvous on a free local port, so concurrent runs never collide.
+    ``signals`` (checkpoint.signals) are forwarded by the agent to the workers instead of killing it.
     """
     return [
         sys.executable, "-m", AGENT_MODULE, "--standalone", f"--nproc-per-node={check_nproc(nproc)}",
-        f"--max-restarts={check_max_restarts(max_restarts)}", *target,
+        f"--max-restarts={check_max_restarts(max_restarts)}", f"--signals-to-handle={agent_signals(signals)}",
+        *target,
     ]
 
 
@@ -79,16 +84,41 @@ def threads_per_worker(nproc: int, cores: int | None = None) -> int:
     return max(1, cores // nproc)
 
 
-def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> int:
-    """Run `python -m <module> <args>` in the workers to completion and return the agent's exit code."""
-    return launch_target(nproc, ["-m", module, *args], max_restarts)
+def _run_forwarding(command: list[str], env: dict[str, str], signals: str) -> int:
+    """Run the agent; the signals it handles, sent to this process (`kill -USR2 PID`), are passed on to it."""
+    proc = subprocess.Popen(command, env=env)
+    sigs = [signal.Signals[name] for name in signals.split(",")]
+    previous = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum)) for sig in sigs}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def launch_target(nproc: int, target: list[str], max_restarts: int = 0) -> int:
-    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0 or the failed worker's exit code."""
-    command = agent_command(nproc, target, max_restarts)
+def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0, signals: str = "",
+                 run_dir: str | None = None) -> int:
+    """Run `python -m <module> <args>` in the workers to completion (see launch_target)."""
+    return launch_target(nproc, ["-m", module, *args], max_restarts, signals, run_dir)
+
+
+def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "",
+                  run_dir: str | None = None) -> int:
+    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit code,
+    or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
+    itself exits 1 then)."""
+    marker = Path(run_dir) / REQUEUE_MARKER if run_dir else None
+    if marker:
+        marker.unlink(missing_ok=True)
+    command = agent_command(nproc, target, max_restarts, signals)
     env = agent_environment(max_restarts, nproc=nproc)
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         print(f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
               f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count", file=sys.stderr)
-    return subprocess.run(command, env=env).returncode
+    code = _run_forwarding(command, env, agent_signals(signals))
+    if marker and marker.exists():
+        marker.unlink()
+        print(f"exatrain: the workers checkpointed on a signal: continue with --checkpoint.resume=auto "
+              f"(exit code {EXIT_REQUEUE})", file=sys.stderr)
+        return EXIT_REQUEUE
+    return code

@@ -13,6 +13,22 @@ if TYPE_CHECKING:
 #: (no scontrol, e.g. inside a container): the generated batch script requeues the job on this code.
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: "try again later"
 
+#: File in the run directory that says the same where an exit code cannot carry it: torchrun's agent exits 1
+#: after forwarding a signal, whatever its workers returned. Written by rank 0 after the checkpoint is
+#: committed; the batch script (and `exatrain train --nproc`) act on it and remove it.
+REQUEUE_MARKER = "requeue-requested"
+
+#: The signals torchrun's agent handles by default (torch 2.13); others (USR2) kill it.
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def agent_signals(handled: str) -> str:
+    """``--signals-to-handle`` for torchrun's agent: its defaults plus every signal the trainer treats as
+    'time is up' (checkpoint.signals), so the agent forwards them to the workers instead of dying of them."""
+    names = [n.strip().upper() for n in handled.split(",") if n.strip()]
+    extra = ["SIG" + n.removeprefix("SIG") for n in names]
+    return ",".join(dict.fromkeys([*AGENT_SIGNALS, *extra]))
+
 
 def requeue_job(job_id: str, runner: Runner | None = None) -> tuple[bool, str]:
     """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done, message)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.rank_command import check_interpreter_options, command_kind, wrap_in_exatrain_run
-from exatrain.launch.requeue import EXIT_REQUEUE
+from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
 
@@ -229,12 +229,17 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
 
 def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     body = (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, rank)
-    return "rc=0\n" + body + " || rc=$?\n\n" + _REQUEUE_TAIL.rstrip("\n")
+    stale = f'rm -f -- "$RUN_DIR"/{REQUEUE_MARKER}  # left by an earlier run: only this one\'s counts'
+    return stale + "\nrc=0\n" + body + " || rc=$?\n\n" + _REQUEUE_TAIL.rstrip("\n")
 
 
-_REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE}: exatrain checkpointed on a pre-timeout signal but could not requeue the job
-# itself (no scontrol inside a container): the batch shell has the SLURM tools, so it requeues here.
-if [ "$rc" -eq {EXIT_REQUEUE} ]; then scontrol requeue "$SLURM_JOB_ID"; fi
+_REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE} (or, under torchrun, whose agent exits 1 after forwarding a signal, the file
+# RUN_DIR/{REQUEUE_MARKER}): exatrain checkpointed on a pre-timeout signal but could not requeue the job
+# itself (no scontrol where the ranks run, e.g. in a container): the batch shell has the SLURM tools.
+if [ "$rc" -eq {EXIT_REQUEUE} ] || [ -e "$RUN_DIR"/{REQUEUE_MARKER} ]; then
+    rm -f -- "$RUN_DIR"/{REQUEUE_MARKER}
+    scontrol requeue "$SLURM_JOB_ID"
+fi
 exit "$rc"
 """
 
@@ -263,6 +268,15 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 
 
+def _agent_signal_flags(spec: JobSpec) -> list[str]:
+    """torchrun's agent dies of signals it does not handle (USR2 included): make it forward job.signal to
+    the workers and give them the signal's lead time to checkpoint before it kills them (default 30 s)."""
+    if not spec.signal:
+        return []
+    name = spec.signal.split("@")[0]
+    return [f"--signals-to-handle={agent_signals(name)}", f"--shutdown-timeout={max(30, spec.signal_lead())}"]
+
+
 def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
     """One task per node holds all the node's cores: srun cannot bind per GPU, exatrain's trainer does."""
     binding = cpu_binding(spec, profile)
@@ -280,7 +294,7 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
     torchrun = [
         '--nnodes="$SLURM_NNODES"', f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
         f'--rdzv-endpoint="$RDZV_HEAD"{shlex.quote(profile.master_suffix) if profile.master_suffix else ""}:"$RDZV_PORT"',
-        '--rdzv-id="$SLURM_JOB_ID"', "--no-python",
+        '--rdzv-id="$SLURM_JOB_ID"', *_agent_signal_flags(spec), "--no-python",
     ]
     lines = [
         "# Rendezvous: the first host of the node list, expanded by exatrain (no scontrol: works in containers),",
@@ -291,6 +305,8 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         'echo "rendezvous at $RDZV_HEAD:$RDZV_PORT"',
         "# Launch: one task per node runs torchrun, which starts one worker per GPU. The first node hosts the",
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
+        "# The agent forwards job.signal to its workers (--signals-to-handle) and waits the signal's lead time",
+        "# for their checkpoint before it stops them (--shutdown-timeout).",
     ] + _torchrun_binding_note(spec, profile)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
              f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]

@@ -84,3 +84,63 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
     assert abs(final_got - final_want) <= 1e-5
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"] == 150 and summary["weights_in_sync"]
+
+
+TORCHRUN_JOB = """[job]
+nodes = 2
+time = 10
+profile = "{profile}"
+launch = "torchrun"
+signal = "USR2@60"
+[job.env]
+OMP_NUM_THREADS = "1"
+[train]
+steps = 150
+log_every = 1
+eval_every = 0
+eval_batches = 4
+eval_at_start = false
+global_batch_size = 32
+micro_batch_size = 8
+[data]
+seq_len = 64
+"""
+
+
+def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
+    """exatrain's own torchrun-mode script, unedited: the agent forwards USR2 to its workers
+    (--signals-to-handle) and exits 1 after their checkpoint; the workers (torchelastic: they never call
+    scontrol, as ranks without SLURM's tools) leave RUN_DIR/requeue-requested, the batch shell requeues, and
+    the requeued job resumes and ends like the uninterrupted reference."""
+    from tests.slurm.test_submit import PROFILE, _exatrain
+
+    profile = tmp_path / "testbed.toml"
+    profile.write_text(PROFILE.format(visibility="gpus-per-node"))
+    config = tmp_path / "job.toml"
+    config.write_text(TORCHRUN_JOB.format(profile=profile))
+    run = tmp_path / "runs" / "tr"
+    r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = r.stdout.split("submitted job ")[1].split()[0]
+    assert "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in (tmp_path / "runs" / "tr.sbatch").read_text()
+    _poll("training to reach step 15", lambda: _last_step(run / "metrics.jsonl") >= 15, 300)
+    assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
+    _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
+    slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+    assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
+
+    out = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
+    assert "signal SIGUSR2: checkpointing at step" in out and "requeue-requested tells the batch script" in out, out
+    assert "resumed from" in out, out
+    assert not (run / "requeue-requested").exists()
+
+    ref = tmp_path / "reference"
+    args = ["--train.steps=150", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=4",
+            "--train.eval_at_start=false", "--train.global_batch_size=32", "--train.micro_batch_size=8",
+            "--data.seq_len=64"]
+    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *args], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = {m["step"]: m["loss"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"}
+    want = {m["step"]: m["loss"] for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
+    assert sorted(got) == list(range(1, 151))
+    assert abs(got[150] - want[150]) <= 1e-5
