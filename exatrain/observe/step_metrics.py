@@ -47,11 +47,11 @@ class StepMetrics:
     and `last_step`) it is a collective and returns the same record on every rank, else None.
     `flops_per_token`: training FLOPs per token (forward + backward) for MFU; `peak_flops`: the device's
     peak (default: looked up from the GPU's name; none on CPU, so no MFU there). `group`: the ranks to
-    reduce over (default: all).
+    reduce over (default: all). `start_step`: optimizer steps done before (a resumed run).
     """
 
     def __init__(self, log_every: int = 10, device=None, flops_per_token: float | None = None,
-                 peak_flops: float | None = None, last_step: int | None = None, group=None):
+                 peak_flops: float | None = None, last_step: int | None = None, group=None, start_step: int = 0):
         if log_every < 1:
             raise ValueError(f"log_every={log_every}: must be >= 1")
         self.log_every, self.last_step, self.group = log_every, last_step, group
@@ -59,7 +59,7 @@ class StepMetrics:
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops if peak_flops is not None else device_peak_flops(self.device)
         self._events = self.device.type == "cuda"
-        self.step = 0
+        self.step = start_step  # steps already done (a resumed run continues the count)
         self._reset_window(time.perf_counter())
 
     def _reset_window(self, now: float) -> None:
@@ -89,6 +89,15 @@ class StepMetrics:
             yield
         finally:
             self._host[name] += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Leave the block's time out of the window's wall time (e.g. an evaluation between steps)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._window_start += time.perf_counter() - t0
 
     def add_time(self, name: str, seconds: float) -> None:
         """Add host-measured seconds to phase `name` (for a phase timed elsewhere)."""

@@ -20,6 +20,13 @@ from exatrain.distributed.grad_norm import clip_grad_norm_
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.distributed.parallelize import local_tensor
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
+from exatrain.models import model_shape
+from exatrain.observe.flops import transformer_flops_per_token
+from exatrain.observe.gpu_monitor import GpuMonitor
+from exatrain.observe.metrics import MetricsFanout
+from exatrain.observe.profiler import StepProfiler
+from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
+from exatrain.observe.step_metrics import StepMetrics
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 from exatrain.train.progress import ProgressReporter
@@ -51,8 +58,14 @@ class Trainer:
         self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
         resume = self._init_checkpoints()
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
-                                  resume_step=self.step if resume is not None else None)
+        self.metrics = MetricsFanout(
+            MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
+                       resume_step=self.step if resume is not None else None),
+            TensorBoardLog(self.run_dir / "tensorboard", enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard)),
+        )
+        p = cfg.profile
+        self.profiler = StepProfiler(p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type,
+                                     p.memory_snapshot)
         self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         self.preemption = PreemptionFlag(_preemption_signals(cfg.checkpoint.signals, ctx.env.kind))
         if resume is not None:
@@ -103,13 +116,33 @@ class Trainer:
         The engine accumulates gradients and synchronises them once per step (after the last micro-batch).
         """
         loss = self.engine.train_step(micro_batches)
+        self._optimizer_step()
+        return loss
+
+    def _optimizer_step(self) -> None:
+        """Clip the gradients (if set), step the optimizer and the schedule, clear the gradients."""
         if self.cfg.train.grad_clip > 0:
             params = [p for part in self.engine.model_parts for p in part.parameters()]
             self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss
+
+    def _step_metrics(self) -> StepMetrics:
+        """Step metrics over all ranks, logged every train.log_every steps; MFU from 6 N + 12 L D T."""
+        c = self.cfg
+        shape = model_shape(c.model.size, c.model.n_layers)
+        matmul_params = self.engine.num_params - (self.corpus.vocab_size + c.data.seq_len) * shape.dim
+        fpt = transformer_flops_per_token(matmul_params, shape.n_layers, shape.dim, c.data.seq_len)
+        return StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt, last_step=c.train.steps,
+                           start_step=self.step)
+
+    def _record_train(self, record: dict) -> None:
+        """Write one log step's record (metrics.jsonl) and show it (progress bar or line)."""
+        lr = self.scheduler.get_last_lr()[0]
+        norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
+        self.metrics.write(kind="train", **record, lr=lr, **norm)
+        self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"])
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
@@ -157,38 +190,65 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
         self.progress.line(self._banner())
+        monitor = self._start_monitor()
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
+        timer = self._step_metrics()
         while self.step < t.steps:
-            t0 = time.perf_counter()
-            local = self.train_step(self._micro_batches())
+            self.profiler.begin(self.step + 1)
+            with timer.phase("data"):
+                batches = self._micro_batches()
+            with timer.phase("forward_backward"):
+                local = self.engine.train_step(batches)
+            with timer.phase("optimizer"):
+                self._optimizer_step()
+            timer.add_loss(local)  # stays on the device until a log step
             self.step += 1
             self.tokens_seen += tokens_per_step
-            if self.step % t.log_every == 0 or self.step == t.steps:
-                loss = self._sum_over_dp([local.item()])[0] / self.dp_size
-                rate = tokens_per_step / (time.perf_counter() - t0)
-                lr = self.scheduler.get_last_lr()[0]
-                norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
-                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate, **norm)
-                self.progress.step(self.step, loss, lr, rate)
+            self.profiler.end(self.step)
+            record = timer.end_step(tokens=tokens_per_step / self.ctx.world_size,
+                                    samples=t.global_batch_size / self.ctx.world_size)
+            if record is not None:
+                self._record_train(record)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
-                self._record_eval()
-            self.checkpoints.poll(self.ctx.device)  # commits a finished background save; raises its error
-            saved = self.checkpoints.due(self.step, t.steps)
-            if saved:
-                self.checkpoints.save(self.step, self.state, blocking=False)
+                with timer.paused():  # throughput counts training time only
+                    self._record_eval()
+            with timer.phase("checkpoint"):
+                self.checkpoints.poll(self.ctx.device)  # commits a finished background save; raises its error
+                saved = self.checkpoints.due(self.step, t.steps)
+                if saved:
+                    self.checkpoints.save(self.step, self.state, blocking=False)
             if self.preemption.agreed(self.ctx.device):
+                self._stop_monitor(monitor)
                 return self._preempted(saved)
         self.checkpoints.wait()
         elapsed = time.perf_counter() - start
+        self._stop_monitor(monitor)
         last = self._record_eval()
         self.progress.close()
+        self.metrics.close()
+        self.profiler.close()
         self.preemption.restore()
         return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
+
+    def _start_monitor(self) -> GpuMonitor | None:
+        """The GPU sampler of this node, on its local rank 0 (observe.monitor_interval_s > 0)."""
+        interval = self.cfg.observe.monitor_interval_s
+        if interval <= 0 or self.ctx.env.local_rank != 0:
+            return None
+        return GpuMonitor(self.run_dir, interval).start()
+
+    @staticmethod
+    def _stop_monitor(monitor: GpuMonitor | None) -> None:
+        if monitor is not None:
+            for line in monitor.stop():  # one line per GPU of this node, printed by its monitoring rank
+                print(line, flush=True)
 
     def _preempted(self, saved: bool) -> dict:
         """Every rank got here at the same step: checkpoint, then rank 0 requeues the SLURM job."""
         self.progress.close()
+        self.metrics.close()
+        self.profiler.close()
         self.progress.line(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {self.step}")
         self.checkpoints.wait()
         path = self.checkpoints.root / f"step-{self.step}"

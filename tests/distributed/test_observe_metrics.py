@@ -103,3 +103,73 @@ def test_no_sync_between_log_steps_and_global_rates(tmp_path):
     # the breakdown is the mean over ranks: rank 1 waits >= 0.2 s per step for data, rank 0 barely
     assert rec["time_data_s"] >= 0.1
     assert rec["mfu"] is None and rec["peak_mem_gib"] is None  # CPU: no peak FLOP/s, no device memory
+
+
+TRAIN = ["--train.steps=5", "--train.eval_every=0", "--train.eval_at_start=false", "--train.eval_batches=2",
+         "--train.global_batch_size=8", "--train.micro_batch_size=4", "--train.warmup_steps=2", "--data.seq_len=16"]
+
+
+def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
+    """The reference trainer on 2 ranks logging every 2nd step (and profiling rank 1): the loss of step 2 is the mean of steps 1
+    and 2 of a run logging every step (1 process: the same losses within 1e-5), each record carries the
+    global throughput (tokens per step = 8 samples x 16) and the breakdown."""
+    from exatrain.observe import read_metrics
+
+    every = tmp_path / "every"
+    r = exatrain_cli("train", "--nproc=1", f"--run.dir={every}", "--train.log_every=1", *TRAIN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sparse = tmp_path / "sparse"
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profile.ranks=last",
+                     "--profile.steps=2-3", *TRAIN)
+    assert r.returncode == 0, r.stdout + r.stderr
+    losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
+    records = {m["step"]: m for m in read_metrics(sparse / "metrics.jsonl") if m["kind"] == "train"}
+    assert sorted(records) == [2, 4, 5]
+    assert records[2]["loss"] == pytest.approx((losses[1] + losses[2]) / 2, abs=1e-5)
+    assert records[4]["loss"] == pytest.approx((losses[3] + losses[4]) / 2, abs=1e-5)
+    assert records[5]["loss"] == pytest.approx(losses[5], abs=1e-5)
+    for rec in records.values():
+        assert rec["tokens_per_s"] * rec["step_s"] == pytest.approx(8 * 16)
+        assert rec["samples_per_s"] * rec["step_s"] == pytest.approx(8)
+        assert rec["slowest_rank"] in (0, 1) and rec["rank_skew_s"] >= 0
+        assert rec["time_forward_backward_s"] > 0 and rec["time_data_s"] >= 0 and rec["time_optimizer_s"] > 0
+        assert rec["mfu"] is None and rec["peak_mem_gib"] is None  # CPU
+    # the same records as TensorBoard scalars (observe.tensorboard = auto: the package is installed)
+    from tests.unit.test_observe_tensorboard import read_scalars
+
+    scalars = read_scalars(sparse / "tensorboard")
+    assert [s for s, _ in scalars["train/loss"]] == [2, 4, 5]
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([records[s]["loss"] for s in (2, 4, 5)])
+    assert [s for s, _ in scalars["eval/loss"]] == [5]
+    # --profile.ranks=last: one trace, of rank 1, a Chrome trace JSON with the optimizer's events
+    traces = list((sparse / "profile").iterdir())
+    assert [t.name.split("-")[1] for t in traces] == ["rank00001"]
+    assert json.loads(traces[0].read_text())["traceEvents"]
+
+
+def _profiled_loop(rank, world, env, run_dir):
+    from exatrain.distributed import init_distributed, teardown
+    from exatrain.observe.profiler import StepProfiler
+
+    init_distributed(env, "cpu", timeout_s=120)
+    model = torch.nn.Linear(8, 4)
+    profiler = StepProfiler("0,last", "2-3", rank, world, run_dir)
+    for step in range(1, 5):
+        profiler.begin(step)
+        with torch.profiler.record_function(f"my_step_{step}"):
+            model(torch.randn(2, 8)).sum().backward()
+        dist.barrier()
+        profiler.end(step)
+    profiler.close()
+    teardown()
+
+
+def test_traces_of_exactly_the_chosen_ranks(tmp_path):
+    """profile.ranks = 0,last on 3 ranks: traces of ranks 0 and 2 only, valid Chrome trace JSON holding
+    steps 2 and 3 (and not 1 or 4)."""
+    spawn(_profiled_loop, 3, str(tmp_path))
+    traces = sorted((tmp_path / "profile").iterdir())
+    assert [t.name.split("-")[1] for t in traces] == ["rank00000", "rank00002"]
+    for t in traces:
+        names = {e.get("name") for e in json.loads(t.read_text())["traceEvents"]}
+        assert {"my_step_2", "my_step_3"} <= names and not {"my_step_1", "my_step_4"} & names
