@@ -176,6 +176,15 @@ def cmd_cancel(args, extra: list[str], runner=None) -> int:
     return 0
 
 
+def cmd_monitor(args, extra: list[str], runner=None) -> int:
+    """Show a running job's GPUs (one table, or live until Ctrl-C)."""
+    from exatrain.launch.runner import SlurmRunner
+    from exatrain.observe.job_monitor import monitor
+
+    monitor(runner or SlurmRunner(), args.job_id, args.interval, args.once)
+    return 0
+
+
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""
     from exatrain.train.plan import make_plan

@@ -86,6 +86,11 @@ def _add_job_commands(sub) -> None:
     st.add_argument("job_id", nargs="?", help="job id printed by submit")
     ca = sub.add_parser("cancel", allow_abbrev=False, help="cancel a job (scancel)")
     ca.add_argument("job_id", help="job id printed by submit (array task: ID_INDEX)")
+    mo = sub.add_parser("monitor", allow_abbrev=False,
+                        help="live table of every GPU of a running job (srun --overlap --jobid; Ctrl-C stops)")
+    mo.add_argument("job_id", help="id of a RUNNING job")
+    mo.add_argument("--interval", type=float, default=5.0, help="seconds between readings (default 5)")
+    mo.add_argument("--once", action="store_true", help="print one table and exit")
 
 
 def _overrides(extra: list[str]) -> list[str]:

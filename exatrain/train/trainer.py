@@ -142,7 +142,7 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0]
         norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
         self.metrics.write(kind="train", **record, lr=lr, **norm)
-        self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"])
+        self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"], record)
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)

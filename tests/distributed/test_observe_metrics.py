@@ -2,13 +2,17 @@
 steps, global throughput summed over ranks, and the slowest rank named."""
 
 import json
+import os
+import socket
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from exatrain.observe.gpu_monitor import read_samples
 from tests.distributed.helpers import spawn
+from tests.unit.test_observe_gpu_monitor import STAND_IN
 
 pytestmark = pytest.mark.dist
 
@@ -110,7 +114,7 @@ TRAIN = ["--train.steps=5", "--train.eval_every=0", "--train.eval_at_start=false
 
 
 def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
-    """The reference trainer on 2 ranks logging every 2nd step (and profiling rank 1): the loss of step 2 is the mean of steps 1
+    """The reference trainer on 2 ranks logging every 2nd step (profiling rank 1, sampling "GPUs"): the loss of step 2 is the mean of steps 1
     and 2 of a run logging every step (1 process: the same losses within 1e-5), each record carries the
     global throughput (tokens per step = 8 samples x 16) and the breakdown."""
     from exatrain.observe import read_metrics
@@ -119,8 +123,13 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     r = exatrain_cli("train", "--nproc=1", f"--run.dir={every}", "--train.log_every=1", *TRAIN)
     assert r.returncode == 0, r.stdout + r.stderr
     sparse = tmp_path / "sparse"
+    bin_dir = tmp_path / "bin"  # a stand-in nvidia-smi for the GPU sampler: no GPU here
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(STAND_IN)
+    (bin_dir / "nvidia-smi").chmod(0o755)
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profile.ranks=last",
-                     "--profile.steps=2-3", *TRAIN)
+                     "--profile.steps=2-3", "--observe.monitor_interval_s=0.1", *TRAIN,
+                     env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
     records = {m["step"]: m for m in read_metrics(sparse / "metrics.jsonl") if m["kind"] == "train"}
@@ -145,6 +154,10 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     traces = list((sparse / "profile").iterdir())
     assert [t.name.split("-")[1] for t in traces] == ["rank00001"]
     assert json.loads(traces[0].read_text())["traceEvents"]
+    # one GPU sampler on the node (local rank 0): its file, and its summary printed once per GPU
+    host = socket.gethostname()
+    assert read_samples(sparse / "monitor" / f"{host}.jsonl")
+    assert r.stdout.count(f"GPU 0 on {host}: ") == 1 and r.stdout.count(f"GPU 1 on {host}: ") == 1
 
 
 def _profiled_loop(rank, world, env, run_dir):

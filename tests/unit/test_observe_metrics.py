@@ -55,3 +55,16 @@ def test_measured_flops_of_a_linear_layer_match_forward_plus_backward():
 
 def test_step_metrics_is_a_lazy_public_name():
     assert exatrain.StepMetrics is StepMetrics and exatrain.observe.StepMetrics is StepMetrics
+
+
+def test_progress_line_shows_the_breakdown():
+    import io
+
+    from exatrain.observe.progress import ProgressReporter
+
+    out = io.StringIO()
+    record = {"mfu": 0.412, "peak_mem_gib": 31.5, "step_s": 0.5, "time_data_s": 0.01, "time_forward_backward_s": 0.4,
+              "time_optimizer_s": 0.05, "time_checkpoint_s": 0.0, "rank_skew_s": 0.0123, "slowest_rank": 7}
+    ProgressReporter(10, enabled=True, log_every=10, stream=out).step(10, 2.5, 1e-3, 12345.0, record)
+    assert out.getvalue() == ("step     10/10 | loss 2.5000 | lr 1.00e-03 | 12,345 tok/s | MFU 41.2% | peak 31.5 GiB"
+                              " | step 0.50 s = data 0.01 + fwd/bwd 0.40 + opt 0.05 + ckpt 0.00 | skew 0.012 s (rank 7)\n")
