@@ -49,8 +49,10 @@ def parse_rocm_smi(text: str) -> list[dict]:
     for card, values in sorted(data.items()):
         if not card.startswith("card"):
             continue
-        pick = lambda *words: next((v for k, v in values.items() if all(w in k.lower() for w in words)), None)  # noqa: E731
-        used, total = _number(pick("vram", "used")), _number(pick("vram", "total"))
+        def pick(*words, without=None):
+            return next((v for k, v in values.items()
+                         if all(w in k.lower() for w in words) and not (without and without in k.lower())), None)
+        used, total = _number(pick("vram", "used")), _number(pick("vram", "total", without="used"))
         gpus.append({"index": int(card.removeprefix("card")), "name": pick("card series") or pick("product") or "",
                      "util_pct": _number(pick("gpu use")),
                      "mem_used_mib": used / 2**20 if used is not None else None,

@@ -32,6 +32,7 @@ def test_monitor_shows_every_gpu_of_a_running_job(slurm_cluster, tmp_path):
         r = slurm_cluster.run([sys.executable, "-m", "exatrain.cli.main", "monitor", job, "--once"],
                               env=env, timeout=180)
         assert r.returncode == 0, r.stdout + r.stderr
+        print(r.stdout)  # the README shows this table
         rows = [line.split("│") for line in r.stdout.splitlines() if "FakeGPU" in line]
         cells = [[c.strip() for c in row[1:-1]] for row in rows]
         assert [(c[0], c[1], c[2], c[3]) for c in cells] == [

@@ -56,3 +56,25 @@ def test_no_gpu_tool_means_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_monitor, "_read_pynvml", lambda: None)
     monitor = GpuMonitor(tmp_path / "run", interval_s=0.05, host="cpu1").start()
     assert monitor.stop() == [] and not (tmp_path / "run" / "monitor").exists()
+
+
+ROCM_SMI_JSON = """{
+  "card0": {"Temperature (Sensor edge) (C)": "38.0", "Temperature (Sensor junction) (C)": "41.0",
+            "Average Graphics Package Power (W)": "92.0", "GPU use (%)": "87",
+            "GPU memory use (%)": "12", "VRAM Total Used Memory (B)": "8589934592",
+            "VRAM Total Memory (B)": "68702699520", "Card Series": "AMD INSTINCT MI250X"},
+  "card1": {"Temperature (Sensor junction) (C)": "39.0", "Average Graphics Package Power (W)": "N/A",
+            "GPU use (%)": "0", "VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "0",
+            "Card Series": "AMD INSTINCT MI250X"},
+  "system": {"Driver version": "6.3.6"}
+}"""
+
+
+def test_rocm_smi_json():
+    """The key names `rocm-smi --showuse --showmeminfo vram --showpower --showtemp --showproductname --json`
+    prints (values made up; the used/total order differs between cards on purpose)."""
+    gpus = gpu_monitor.parse_rocm_smi(ROCM_SMI_JSON)
+    assert gpus[0] == {"index": 0, "name": "AMD INSTINCT MI250X", "util_pct": 87.0, "mem_used_mib": 8192.0,
+                       "mem_total_mib": 65520.0, "power_w": 92.0, "temp_c": 41.0}
+    assert gpus[1]["mem_used_mib"] == 0.0 and gpus[1]["mem_total_mib"] == 65520.0 and gpus[1]["power_w"] is None
+    assert len(gpus) == 2
