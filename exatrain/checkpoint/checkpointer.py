@@ -29,33 +29,40 @@ class Checkpointer:
 
     def __init__(self, run_dir, ctx, model, optimizer=None, scheduler=None, loader=None, extra: dict | None = None,
                  interval: int = 0, keep: int = 3, async_save: bool = False, signals: str = "USR2,TERM",
-                 *, last_step: int | None = None):
+                 *, last_step: int | None = None, config: str = "", exit_on_signal: bool = True, log=print0,
+                 restart_hint: str = "run again to resume from this checkpoint"):
         self.ctx, self.loader, self.interval, self.last_step = ctx, loader, interval, last_step
+        self.exit_on_signal, self.log, self.restart_hint = exit_on_signal, log, restart_hint
+        self.preempted: dict | None = None  # after a pre-timeout signal: step, checkpoint, requeued, exit_code
         self.extra = extra if extra is not None else {}  # the caller's dict, restored in place
         self.run_dir = Path(run_dir)
         self.step_count = 0
         self.manager = CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save)
         plain = model.module if isinstance(model, DistributedDataParallel) else model
-        self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, "", ctx.rank,
+        self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, config, ctx.rank,
                                    ctx.device, layout=ctx.dims.describe())
         self.preemption = PreemptionFlag(preemption_signals(signals, ctx.env.kind))
         self.resumed_from: Path | None = None
 
     def _progress(self) -> dict:
-        user = {"loader": self.loader.state_dict() if self.loader is not None else None, "extra": self.extra}
-        return {"step": self.step_count, "user": pickle.dumps(user)}
+        # the loader's global position as plain ints (readable with weights_only=True, as the trainer's
+        # sampler position always was); the caller's extra values pickled, so any keys and types load
+        progress = {"step": self.step_count, "extra": pickle.dumps(self.extra)}
+        if self.loader is not None:
+            progress["sampler"] = self.loader.state_dict()
+        return progress
 
     def _restore(self, progress: dict) -> None:
         self.step_count = int(progress["step"])
-        user = pickle.loads(progress["user"])
         self.extra.clear()
-        self.extra.update(user["extra"])
-        if self.loader is not None and user["loader"] is not None:
-            self.loader.load_state_dict(user["loader"])
+        self.extra.update(pickle.loads(progress["extra"]))
+        if self.loader is not None:
+            self.loader.load_state_dict(progress["sampler"])
 
-    def resume(self, which: str = "auto") -> int:
+    def resume(self, which: str = "auto", announce: bool = True) -> int:
         """Load the newest complete checkpoint ("auto"; or a step-N path; "" = none) and return the number
-        of finished steps to continue from (0 when there is none). Cleans up killed saves first."""
+        of finished steps to continue from (0 when there is none). Cleans up killed saves first.
+        `announce`: log "resumed from PATH at step N"."""
         path = self.manager.start(which)
         if path is None:
             return 0
@@ -63,13 +70,15 @@ class Checkpointer:
         self.resumed_from = path
         if not self.state.rng.restored:  # written under another layout: reseed each rank deterministically
             seed_everything(rank_seed(self.ctx.seed, self.ctx.dp_rank) + self.step_count)
-        print0(f"exatrain: resumed from {path} at step {self.step_count}")
+        if announce:
+            self.log(f"resumed from {path} at step {self.step_count}")
         return self.step_count
 
     def step(self, n: int) -> bool:
         """After optimizer step `n` (1-based count of finished steps), on every rank: commit a finished
         background save, save when due (every `interval` steps, and at `last_step`), and on the
-        pre-timeout signal checkpoint, requeue (rank 0) and exit via SystemExit. True when it saved."""
+        pre-timeout signal checkpoint, requeue (rank 0) and exit via SystemExit (with exit_on_signal=False:
+        return, with `self.preempted` set; the caller exits with its exit_code). True when it saved."""
         self.step_count = n
         self.manager.poll(self.ctx.device)
         saved = self.interval > 0 and (n % self.interval == 0 or n == self.last_step)
@@ -87,21 +96,28 @@ class Checkpointer:
 
     def _preempted(self, n: int, saved: bool) -> None:
         """Every rank got here at the same step: checkpoint, rank 0 requeues, every rank exits."""
-        print0(f"exatrain: signal {self.preemption.received or '(on another rank)'}: checkpointing at step {n}")
+        self.log(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {n}")
         self.manager.wait()
         path = self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)
-        print0(f"exatrain: checkpoint {path} committed")
+        self.log(f"checkpoint {path} committed")
         env = self.ctx.env
-        requeued, message = False, "not a SLURM job step: run again to resume from this checkpoint"
+        requeued, message = False, f"not a SLURM job step: {self.restart_hint}"
         if is_root() and env.kind == "slurm" and env.job_id:
-            print0(f"exatrain: requeueing SLURM job {env.job_id}; it resumes from this checkpoint")
+            # SLURM ends this job step as soon as the requeue is accepted: say so before asking
+            self.log(f"requeueing SLURM job {env.job_id}; it resumes from this checkpoint")
             requeued, message = requeue_job(env.job_id)
         requeued, message = all_gather_objects((requeued, message))[0]
         code = 0 if requeued else EXIT_REQUEUE
-        print0(message if requeued else f"exatrain: {message} (exit code {code})")
+        self.log(message if requeued else f"{message} (exit code {code})")
+        self.preempted = {"step": n, "checkpoint": str(path), "requeued": requeued, "exit_code": code}
         self.close()
-        self.ctx.close()
-        raise SystemExit(code)
+        if self.exit_on_signal:
+            self.ctx.close()
+            raise SystemExit(code)
+
+    def wait(self) -> None:
+        """Wait for a background save (if one is in flight) and commit it; raises its error."""
+        self.manager.wait()
 
     def close(self) -> None:
         """Wait for (and commit) a background save; put the previous signal handlers back."""

@@ -93,26 +93,28 @@ class Context:
 
 def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, seed: int = 0,
          affinity: str = "warn", profile: str | None = None, dp_shard: int = 1, dp_replicate: int = -1,
-         tp: int = 1, quiet: bool = False, *, environ=None, master_suffix: str = "",
-         resolve_master: bool = False, master_port: int | None = None) -> Context:
+         tp: int = 1, quiet: bool = False, *, pp: int = 1, summary: bool | None = None, environ=None,
+         master_suffix: str = "", resolve_master: bool = False, master_port: int | None = None) -> Context:
     """Set up this rank for distributed training and return its Context (see the module docstring).
 
     Works unchanged under srun, mpirun, torchrun, `exatrain run` and as a single plain process. `environ`
-    (default os.environ) and the master_* options go to exatrain.env.detect_environment.
+    (default os.environ) and the master_* options go to exatrain.env.detect_environment. `pp`: pipeline
+    degree of the mesh (exatrain's reference trainer pipelines its own model; parallelize does not).
+    `summary`: print the summary table (default: unless quiet); quiet also silences affinity "warn".
     """
     _check_not_active()
     _check_choice("affinity", affinity, ("warn", "strict", "off"))
     env = detect_environment(environ, master_suffix=master_suffix, resolve_master=resolve_master,
                              master_port=master_port)
-    dims = ParallelDims.from_config(ParallelConfig(dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp), env.world_size)
+    dims = ParallelDims.from_config(ParallelConfig(dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, pp=pp), env.world_size)
     dist_ctx = init_distributed(env, device, backend, timeout_s)
     ctx = Context(dist_ctx, dims, seed)
     _set_active(ctx)
     try:
         dims.build_mesh(ctx.device.type)
         seed_everything(seed)
-        if not quiet:
-            print0(summary(ctx))
+        if (not quiet) if summary is None else summary:
+            print0(summary_table(ctx))
         check_affinity(dist_ctx, profile or JobConfig().profile, "off" if quiet and affinity == "warn" else affinity)
     except BaseException:
         ctx._abort()
@@ -120,7 +122,7 @@ def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, 
     return ctx
 
 
-def summary(ctx: Context) -> str:
+def summary_table(ctx: Context) -> str:
     """The start-up summary rank 0 prints: one table of where and how the job runs."""
     rows = [("ranks", f"{ctx.world_size} ({ctx.local_world_size} on this node), launched by {ctx.env.kind}"),
             ("device", f"{ctx.device.type} (backend {ctx.backend or 'none: single process'})"),

@@ -24,8 +24,9 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor.parallel import loss_parallel
+from torch.nn.parallel import DistributedDataParallel
 
-from exatrain.distributed.parallelize import all_reduce_gradients, apply_ddp, local_tensor
+from exatrain.distributed.parallelize import all_reduce_gradients, local_tensor
 from exatrain.distributed.state_dict import full_state_dict
 
 
@@ -56,15 +57,16 @@ class Engine:
 
 
 class DataParallelEngine(Engine):
-    """One model per rank, wrapped for its layout (DDP, or already FSDP/TP-parallelised)."""
+    """One model per rank, parallelised for its layout by exatrain.parallelize (DDP-wrapped, or FSDP/TP)."""
 
     def __init__(self, model: nn.Module, dims, device: torch.device, num_params: int, use_loss_parallel: bool,
                  autocast: Callable[[], contextlib.AbstractContextManager]):
+        # model parts, optimizer and checkpoints use the plain model; forward in training goes through DDP
+        self.ddp = model if isinstance(model, DistributedDataParallel) else None
+        model = self.ddp.module if self.ddp is not None else model
         super().__init__([model], num_params, use_loss_parallel, autocast)
         self.model = model
-        # DDP wraps last, after the weights are real (its constructor broadcasts rank 0's parameters);
         # torch's DDP takes no DTensors, so replicas of a TP model reduce gradients after backward instead
-        self.ddp = apply_ddp(model, dims.mesh("dp"), device) if dims.ddp and not dims.tp_enabled else None
         self.replica_mesh = dims.mesh("dp") if dims.ddp and dims.tp_enabled else None
 
     def _sync_gradients(self, sync: bool):

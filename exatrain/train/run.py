@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import exatrain
 from exatrain.config import Config
 from exatrain.data import Corpus, load_corpus
-from exatrain.distributed import init_distributed, teardown
 from exatrain.env import detect_environment
-from exatrain.distributed.affinity import check_affinity
 from exatrain.train.preflight import preflight
 from exatrain.train.trainer import Trainer
 
@@ -30,14 +29,14 @@ def prepare_data(cfg: Config) -> Corpus:
 
 
 def run_training(cfg: Config, environ=None) -> dict:
-    """Train on this rank as part of whatever job it belongs to; returns the run summary."""
-    env = detect_environment(environ, **cfg.dist.env_options())
-    dims = preflight(cfg, env.world_size)
-    ctx = init_distributed(env, cfg.train.device, cfg.dist.backend, cfg.dist.timeout_s)
-    try:
-        dims.build_mesh(ctx.device.type)
-        check_affinity(ctx, cfg.job.profile, cfg.dist.affinity)
-        corpus = prepare_data(cfg)
-        return Trainer(cfg, ctx, corpus, dims).fit()
-    finally:
-        teardown()
+    """Train on this rank as part of whatever job it belongs to; returns the run summary.
+
+    Set up through the public API (exatrain.init), after the configuration was checked against the
+    world size (a layout that cannot work fails before any process group is joined)."""
+    preflight(cfg, detect_environment(environ, **cfg.dist.env_options()).world_size)
+    p, d = cfg.parallel, cfg.dist
+    with exatrain.init(device=cfg.train.device, backend=d.backend, timeout_s=d.timeout_s, seed=cfg.train.seed,
+                       affinity=d.affinity, profile=cfg.job.profile, dp_shard=p.dp_shard,
+                       dp_replicate=p.dp_replicate, tp=p.tp, pp=p.pp, summary=False, environ=environ,
+                       **d.env_options()) as ctx:
+        return Trainer(cfg, ctx, prepare_data(cfg)).fit()

@@ -10,27 +10,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from exatrain.checkpoint import CheckpointManager, TrainingState
-from exatrain.checkpoint.preemption import PreemptionFlag
+import exatrain
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
-from exatrain.distributed import DistContext, all_gather_objects, is_root, rank_seed, save0, seed_everything, sum_across_ranks
-from exatrain.env.devices import describe_devices
+from exatrain.distributed import all_gather_objects, rank_seed, seed_everything, sum_across_ranks
+from exatrain.distributed.context import Context
 from exatrain.distributed.grad_norm import clip_grad_norm_
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.distributed.parallelize import local_tensor
-from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
+from exatrain.env.devices import describe_devices
 from exatrain.models import model_shape
+from exatrain.observe import MetricsLog, ProgressReporter, write_json
 from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.observe.gpu_monitor import GpuMonitor
 from exatrain.observe.metrics import MetricsFanout
 from exatrain.observe.profiler import StepProfiler
-from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.observe.step_metrics import StepMetrics
+from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
-from exatrain.train.progress import ProgressReporter
-from exatrain.train.records import MetricsLog, write_json
 
 
 class Trainer:
@@ -40,9 +38,12 @@ class Trainer:
     is split over the data-parallel ranks only (tensor-parallel ranks of one group see the same batch).
     """
 
-    def __init__(self, cfg: Config, ctx: DistContext, corpus: Corpus, dims: ParallelDims | None = None):
+    def __init__(self, cfg: Config, ctx, corpus: Corpus, dims: ParallelDims | None = None):
+        """`ctx`: the Context of exatrain.init() (or a DistContext of init_distributed plus `dims`)."""
+        if not isinstance(ctx, Context):
+            ctx = Context(ctx, dims or _layout(cfg, ctx), cfg.train.seed)
         self.cfg, self.ctx, self.corpus = cfg, ctx, corpus
-        self.dims = dims or _layout(cfg, ctx)
+        self.dims = ctx.dims
         self.run_dir = Path(cfg.run.dir)
         self.dp_rank, self.dp_size = self.dims.coordinate("dp"), self.dims.dp
         dp_mesh = self.dims.mesh("dp")
@@ -55,8 +56,10 @@ class Trainer:
         seed_everything(rank_seed(cfg.train.seed, self.dp_rank))
         self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
-        self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
+        self.step = 0
+        self.progress_values = {"tokens_seen": 0, "best_eval": math.inf}  # checkpointed with the step
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
+        self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         resume = self._init_checkpoints()
         self.metrics = MetricsFanout(
             MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
@@ -66,8 +69,6 @@ class Trainer:
         p = cfg.profile
         self.profiler = StepProfiler(p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type,
                                      p.memory_snapshot)
-        self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
-        self.preemption = PreemptionFlag(_preemption_signals(cfg.checkpoint.signals, ctx.env.kind))
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
 
@@ -85,26 +86,20 @@ class Trainer:
     def _init_checkpoints(self):
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
-        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", c.interval, c.keep, c.async_save)
-        self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
-                                   self._restore_progress, to_toml(self.cfg), self.ctx.rank, self.ctx.device,
-                                   layout=self.dims.describe())
+        self.checkpointer = exatrain.Checkpointer(
+            self.run_dir, self.ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
+            async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
+            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
-        resume = self.checkpoints.start(c.resume or ("auto" if self.ctx.env.restart_count else ""))
-        if resume is not None:
-            self.checkpoints.load(resume, self.state)
-            if not self.state.rng.restored:  # saved under another layout: reseed deterministically
-                seed_everything(rank_seed(self.cfg.train.seed, self.dp_rank) + self.step)
-        return resume
+        self.step = self.checkpointer.resume(c.resume or ("auto" if self.ctx.env.restart_count else ""), announce=False)
+        return self.checkpointer.resumed_from
 
-    def _progress_state(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "best_eval": self.best_eval,
-                "sampler": self.sampler.state_dict()}
-
-    def _restore_progress(self, progress: dict) -> None:
-        self.step, self.tokens_seen = int(progress["step"]), int(progress["tokens_seen"])
-        self.best_eval = float(progress["best_eval"])
-        self.sampler.load_state_dict(progress["sampler"])  # global position: valid for any world size
+    # what the checkpoint benchmarks drive directly: the CheckpointManager and the TrainingState
+    checkpoints = property(lambda self: self.checkpointer.manager)
+    state = property(lambda self: self.checkpointer.state)
+    tokens_seen = property(lambda self: self.progress_values["tokens_seen"])
+    best_eval = property(lambda self: self.progress_values["best_eval"])
 
     def _autocast(self):
         enabled = self.dtype is not None
@@ -138,11 +133,27 @@ class Trainer:
                            start_step=self.step)
 
     def _record_train(self, record: dict) -> None:
-        """Write one log step's record (metrics.jsonl) and show it (progress bar or line)."""
+        """Write one log step's record (metrics.jsonl, TensorBoard) and show it (progress bar or line)."""
         lr = self.scheduler.get_last_lr()[0]
         norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
         self.metrics.write(kind="train", **record, lr=lr, **norm)
         self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"], record)
+
+    def _start_monitor(self) -> GpuMonitor | None:
+        """The GPU sampler of this node, on its local rank 0 (observe.monitor_interval_s > 0)."""
+        interval = self.cfg.observe.monitor_interval_s
+        if interval <= 0 or self.ctx.env.local_rank != 0:
+            return None
+        return GpuMonitor(self.run_dir, interval).start()
+
+    def _stop_observing(self, monitor: GpuMonitor | None) -> None:
+        """Close the metric logs and the profiler; stop the GPU sampler and print its summary (one line per
+        GPU of this node, by its monitoring rank)."""
+        self.metrics.close()
+        self.profiler.close()
+        if monitor is not None:
+            for line in monitor.stop():
+                print(line, flush=True)
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
@@ -177,9 +188,9 @@ class Trainer:
         self.metrics.write(kind="eval", step=self.step, **result)
         self.progress.line(f"eval  step {self.step:>6} | loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f}")
         if self.step > 0 and result["loss"] < self.best_eval:
-            self.best_eval = result["loss"]
+            self.progress_values["best_eval"] = result["loss"]
             if self.cfg.train.save_model:
-                save0(self.engine.full_state_dict(), self.run_dir / "best.pt")
+                exatrain.save0(self.engine.full_state_dict(), self.run_dir / "best.pt")
         return result
 
     def fit(self) -> dict:
@@ -190,10 +201,9 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
         self.progress.line(self._banner())
-        monitor = self._start_monitor()
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
-        timer = self._step_metrics()
+        timer, monitor = self._step_metrics(), self._start_monitor()
         while self.step < t.steps:
             self.profiler.begin(self.step + 1)
             with timer.phase("data"):
@@ -204,7 +214,7 @@ class Trainer:
                 self._optimizer_step()
             timer.add_loss(local)  # stays on the device until a log step
             self.step += 1
-            self.tokens_seen += tokens_per_step
+            self.progress_values["tokens_seen"] += tokens_per_step
             self.profiler.end(self.step)
             record = timer.end_step(tokens=tokens_per_step / self.ctx.world_size,
                                     samples=t.global_batch_size / self.ctx.world_size)
@@ -213,62 +223,24 @@ class Trainer:
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 with timer.paused():  # throughput counts training time only
                     self._record_eval()
+            # saves when due; on a pre-timeout signal: checkpoint and requeue (rank 0), then we stop here
             with timer.phase("checkpoint"):
-                self.checkpoints.poll(self.ctx.device)  # commits a finished background save; raises its error
-                saved = self.checkpoints.due(self.step, t.steps)
-                if saved:
-                    self.checkpoints.save(self.step, self.state, blocking=False)
-            if self.preemption.agreed(self.ctx.device):
-                self._stop_monitor(monitor)
-                return self._preempted(saved)
-        self.checkpoints.wait()
+                self.checkpointer.step(self.step)
+            if self.checkpointer.preempted:
+                self.progress.close()
+                self._stop_observing(monitor)
+                return {"preempted": True, **self.checkpointer.preempted}
+        self.checkpointer.wait()
         elapsed = time.perf_counter() - start
-        self._stop_monitor(monitor)
+        self._stop_observing(monitor)
         last = self._record_eval()
         self.progress.close()
-        self.metrics.close()
-        self.profiler.close()
-        self.preemption.restore()
+        self.checkpointer.close()
         return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
-
-    def _start_monitor(self) -> GpuMonitor | None:
-        """The GPU sampler of this node, on its local rank 0 (observe.monitor_interval_s > 0)."""
-        interval = self.cfg.observe.monitor_interval_s
-        if interval <= 0 or self.ctx.env.local_rank != 0:
-            return None
-        return GpuMonitor(self.run_dir, interval).start()
-
-    @staticmethod
-    def _stop_monitor(monitor: GpuMonitor | None) -> None:
-        if monitor is not None:
-            for line in monitor.stop():  # one line per GPU of this node, printed by its monitoring rank
-                print(line, flush=True)
-
-    def _preempted(self, saved: bool) -> dict:
-        """Every rank got here at the same step: checkpoint, then rank 0 requeues the SLURM job."""
-        self.progress.close()
-        self.metrics.close()
-        self.profiler.close()
-        self.progress.line(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {self.step}")
-        self.checkpoints.wait()
-        path = self.checkpoints.root / f"step-{self.step}"
-        if not saved:
-            path = self.checkpoints.save(self.step, self.state)
-        self.progress.line(f"checkpoint {path} committed")
-        requeued, message = False, "not a SLURM job step: restart with --checkpoint.resume=auto"
-        if is_root() and self.ctx.env.kind == "slurm" and self.ctx.env.job_id:
-            # SLURM ends this job step as soon as the requeue is accepted: say so before asking
-            self.progress.line(f"requeueing SLURM job {self.ctx.env.job_id}; it resumes from this checkpoint")
-            requeued, message = requeue_job(self.ctx.env.job_id)
-        requeued, message = all_gather_objects((requeued, message))[0]
-        self.progress.line(message if requeued else f"{message} (exit code {EXIT_REQUEUE})")
-        self.preemption.restore()
-        return {"preempted": True, "step": self.step, "checkpoint": str(path), "requeued": requeued,
-                "exit_code": 0 if requeued else EXIT_REQUEUE}
 
     def _finish(self, initial, final, elapsed: float, tokens_trained: int) -> dict:
         if self.cfg.train.save_model:
-            save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
+            exatrain.save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
         digest = weights_digest(self.engine.model_parts)
         # ranks that must hold identical weights: same place in every dimension but dp_replicate
         replicas = all_gather_objects((self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"),
@@ -308,15 +280,6 @@ def _summary_line(s: dict) -> str:
             f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
 
 
-def _preemption_signals(setting: str, kind: str) -> tuple[str, ...]:
-    names = [n.strip().upper().removeprefix("SIG") for n in setting.split(",") if n.strip()]
-    if kind == "torchelastic":
-        # torchrun's agent stops the surviving workers with SIGTERM when one fails: catching it here would
-        # keep them alive, blocked in a collective with the dead rank, until the agent's kill timeout.
-        names = [n for n in names if n != "TERM"]
-    return tuple(names)
-
-
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
@@ -341,7 +304,7 @@ def replicas_agree(entries: list[tuple]) -> bool:
     return all(seen.setdefault(tuple(e[:-1]), e[-1]) == e[-1] for e in entries)
 
 
-def _layout(cfg: Config, ctx: DistContext) -> ParallelDims:
+def _layout(cfg: Config, ctx) -> ParallelDims:
     """The layout from the configuration, with its device mesh (for callers that did not run preflight)."""
     dims = ParallelDims.from_config(cfg.parallel, ctx.world_size)
     dims.build_mesh(ctx.device.type)
