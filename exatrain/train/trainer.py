@@ -232,8 +232,8 @@ class Trainer:
                 return {"preempted": True, **self.checkpointer.preempted}
         self.checkpointer.wait()
         elapsed = time.perf_counter() - start
-        self._stop_observing(monitor)
         last = self._record_eval()
+        self._stop_observing(monitor)
         self.progress.close()
         self.checkpointer.close()
         return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
