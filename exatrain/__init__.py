@@ -32,6 +32,7 @@ _EXPORTS = {
     "Checkpointer": "exatrain.checkpoint.checkpointer",
     "MetricsLog": "exatrain.observe.metrics",
     "Progress": "exatrain.observe.progress",
+    "StepMetrics": "exatrain.observe.step_metrics",
     "ExatrainError": "exatrain.errors",
 }
 

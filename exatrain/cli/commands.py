@@ -239,6 +239,32 @@ def cmd_cancel(args, extra: list[str], runner=None) -> int:
     return 0
 
 
+def cmd_doctor(args, extra: list[str]) -> int:
+    """Run the doctor here if a launcher started us; otherwise on --nproc local workers."""
+    from exatrain.env import detect_environment
+    from exatrain.launch import check_nproc, launch_local
+
+    env = detect_environment(None)
+    nproc = check_nproc(args.nproc or 1)
+    if env.kind != "local" or nproc == 1:
+        from exatrain.cli.doctor import doctor_here
+
+        return doctor_here(env, args)
+    forwarded = ["doctor", f"--max-size={args.max_size}", f"--iters={args.iters}", f"--device={args.device}",
+                 f"--timeout={args.timeout}", f"--profile={args.profile}", f"--cache-dir={args.cache_dir}",
+                 f"--nccl-log={args.nccl_log}"]
+    return launch_local(nproc, "exatrain.cli.main", forwarded)
+
+
+def cmd_monitor(args, extra: list[str], runner=None) -> int:
+    """Show a running job's GPUs (one table, or live until Ctrl-C)."""
+    from exatrain.launch.runner import SlurmRunner
+    from exatrain.observe.job_monitor import monitor
+
+    monitor(runner or SlurmRunner(), args.job_id, args.interval, args.once)
+    return 0
+
+
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""
     from exatrain.train.plan import make_plan

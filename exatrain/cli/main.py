@@ -133,6 +133,22 @@ def _add_job_commands(sub) -> None:
     st.add_argument("job_id", nargs="?", help="job id printed by submit")
     ca = sub.add_parser("cancel", allow_abbrev=False, help="cancel a job (scancel)")
     ca.add_argument("job_id", help="job id printed by submit (array task: ID_INDEX)")
+    do = sub.add_parser("doctor", allow_abbrev=False,
+                        help="check GPUs, affinity, fabric, network plugin, caches and all-reduce bandwidth of this "
+                             "allocation (srun exatrain doctor, or --nproc N here); exit 1 when a check fails")
+    do.add_argument("--nproc", type=int, default=None, help="local worker processes when started outside a launcher")
+    do.add_argument("--max-size", default="256MiB", help="largest all_reduce message of the sweep (from 1 KiB)")
+    do.add_argument("--iters", type=int, default=5, help="timed all_reduce calls per size")
+    do.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    do.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every rank to join")
+    do.add_argument("--profile", default="generic-nvidia", help="site profile for the CPU affinity masks")
+    do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
+    do.add_argument("--nccl-log", default="", help="an NCCL_DEBUG=INFO log of this job to tell NET/Socket from IB/OFI")
+    mo = sub.add_parser("monitor", allow_abbrev=False,
+                        help="live table of every GPU of a running job (srun --overlap --jobid; Ctrl-C stops)")
+    mo.add_argument("job_id", help="id of a RUNNING job")
+    mo.add_argument("--interval", type=float, default=5.0, help="seconds between readings (default 5)")
+    mo.add_argument("--once", action="store_true", help="print one table and exit")
 
 
 def _overrides(extra: list[str]) -> list[str]:

@@ -127,6 +127,27 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class ObserveConfig:
+    """Where metrics go besides metrics.jsonl and the progress output."""
+
+    tensorboard: str = doc("auto", "TensorBoard event files in RUN_DIR/tensorboard (rank 0): auto (when the tensorboard "
+                                   "package is installed), on or off.")
+    monitor_interval_s: float = doc(10.0, "Sample every GPU of each node (local rank 0) this often into "
+                                          "RUN_DIR/monitor/HOST.jsonl, summarised at the end; 0 = off.")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """torch.profiler traces of chosen ranks and steps (RUN_DIR/profile/); off unless `ranks` is set."""
+
+    ranks: str = doc("", "Ranks to profile: a list like '0,last' or '0,3,5', 'every:K' (every K-th rank), 'all'; "
+                         "empty = profiling off.")
+    steps: str = doc("3-4", "Optimizer steps to record, 'A-B' or 'A' (1-based, inclusive); earlier steps warm up.")
+    memory_snapshot: bool = doc(False, "Also record a CUDA memory snapshot (pickle for pytorch.org/memory_viz) of the "
+                                       "same steps on the profiled ranks (GPU only).")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """SLURM job for `exatrain sbatch`, `cost` and `submit`: resources, site profile, container, launch mode."""
 
@@ -174,4 +195,6 @@ class Config:
     dist: DistConfig = field(default_factory=DistConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     job: JobConfig = field(default_factory=JobConfig)

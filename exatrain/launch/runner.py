@@ -14,7 +14,7 @@ from typing import Protocol
 
 from exatrain.errors import ExatrainError
 
-COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sacct")
+COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "srun")
 
 
 @dataclass(frozen=True)

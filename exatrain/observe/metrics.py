@@ -45,3 +45,21 @@ class MetricsLog:
 def read_metrics(path: str | Path) -> list[dict]:
     """All records of a metrics.jsonl file."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+class MetricsFanout:
+    """Sends each record to several logs (metrics.jsonl, TensorBoard, ...): write(**record), close()."""
+
+    def __init__(self, *logs):
+        self.logs = logs
+
+    def write(self, **record) -> None:
+        """Record one event in every log."""
+        for log in self.logs:
+            log.write(**record)
+
+    def close(self) -> None:
+        """Close the logs that need it (flushes TensorBoard's event file)."""
+        for log in self.logs:
+            if hasattr(log, "close"):
+                log.close()

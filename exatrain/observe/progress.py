@@ -66,9 +66,20 @@ class ProgressReporter(Progress):
     def __init__(self, total_steps: int, enabled: bool, log_every: int, stream=None):
         super().__init__(total_steps, enabled, log_every, stream)
 
-    def step(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
-        """Show one optimizer step (every step on the bar, every `log_every` steps as a line)."""
-        self._show(step, f"loss {loss:.4f} | lr {lr:.2e} | {tokens_per_s:,.0f} tok/s")
+    def step(self, step: int, loss: float, lr: float, tokens_per_s: float, record: dict | None = None) -> None:
+        """Show one optimizer step (every step on the bar, every `log_every` steps as a line); with a
+        StepMetrics `record`, also MFU (when known), the step-time breakdown and the rank skew."""
+        text = f"loss {loss:.4f} | lr {lr:.2e} | {tokens_per_s:,.0f} tok/s"
+        self._show(step, text + (breakdown(record) if record else ""))
+
+
+def breakdown(r: dict) -> str:
+    """' | MFU 41.0% | step 0.48 s = data 0.00 + fwd/bwd 0.42 + opt 0.01 + ckpt 0.00 | skew 0.005 s (rank 1)'."""
+    mfu = f" | MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
+    mem = f" | peak {r['peak_mem_gib']:.1f} GiB" if r.get("peak_mem_gib") is not None else ""
+    return (f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
+            f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
+            f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})")
 
 
 def _fmt(value) -> str:

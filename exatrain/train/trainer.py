@@ -19,7 +19,14 @@ from exatrain.distributed.grad_norm import clip_grad_norm_
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.distributed.parallelize import local_tensor
 from exatrain.env.devices import describe_devices
+from exatrain.models import model_shape
 from exatrain.observe import MetricsLog, ProgressReporter, write_json
+from exatrain.observe.flops import transformer_flops_per_token
+from exatrain.observe.gpu_monitor import GpuMonitor
+from exatrain.observe.metrics import MetricsFanout
+from exatrain.observe.profiler import StepProfiler
+from exatrain.observe.step_metrics import StepMetrics
+from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 
@@ -54,8 +61,14 @@ class Trainer:
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
         self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         resume = self._init_checkpoints()
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
-                                  resume_step=self.step if resume is not None else None)
+        self.metrics = MetricsFanout(
+            MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
+                       resume_step=self.step if resume is not None else None),
+            TensorBoardLog(self.run_dir / "tensorboard", enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard)),
+        )
+        p = cfg.profile
+        self.profiler = StepProfiler(p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type,
+                                     p.memory_snapshot)
         if resume is not None:
             self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
 
@@ -98,13 +111,49 @@ class Trainer:
         The engine accumulates gradients and synchronises them once per step (after the last micro-batch).
         """
         loss = self.engine.train_step(micro_batches)
+        self._optimizer_step()
+        return loss
+
+    def _optimizer_step(self) -> None:
+        """Clip the gradients (if set), step the optimizer and the schedule, clear the gradients."""
         if self.cfg.train.grad_clip > 0:
             params = [p for part in self.engine.model_parts for p in part.parameters()]
             self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss
+
+    def _step_metrics(self) -> StepMetrics:
+        """Step metrics over all ranks, logged every train.log_every steps; MFU from 6 N + 12 L D T."""
+        c = self.cfg
+        shape = model_shape(c.model.size, c.model.n_layers)
+        matmul_params = self.engine.num_params - (self.corpus.vocab_size + c.data.seq_len) * shape.dim
+        fpt = transformer_flops_per_token(matmul_params, shape.n_layers, shape.dim, c.data.seq_len)
+        return StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt, last_step=c.train.steps,
+                           start_step=self.step)
+
+    def _record_train(self, record: dict) -> None:
+        """Write one log step's record (metrics.jsonl, TensorBoard) and show it (progress bar or line)."""
+        lr = self.scheduler.get_last_lr()[0]
+        norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
+        self.metrics.write(kind="train", **record, lr=lr, **norm)
+        self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"], record)
+
+    def _start_monitor(self) -> GpuMonitor | None:
+        """The GPU sampler of this node, on its local rank 0 (observe.monitor_interval_s > 0)."""
+        interval = self.cfg.observe.monitor_interval_s
+        if interval <= 0 or self.ctx.env.local_rank != 0:
+            return None
+        return GpuMonitor(self.run_dir, interval).start()
+
+    def _stop_observing(self, monitor: GpuMonitor | None) -> None:
+        """Close the metric logs and the profiler; stop the GPU sampler and print its summary (one line per
+        GPU of this node, by its monitoring rank)."""
+        self.metrics.close()
+        self.profiler.close()
+        if monitor is not None:
+            for line in monitor.stop():
+                print(line, flush=True)
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
@@ -154,28 +203,37 @@ class Trainer:
         self.progress.line(self._banner())
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
+        timer, monitor = self._step_metrics(), self._start_monitor()
         while self.step < t.steps:
-            t0 = time.perf_counter()
-            local = self.train_step(self._micro_batches())
+            self.profiler.begin(self.step + 1)
+            with timer.phase("data"):
+                batches = self._micro_batches()
+            with timer.phase("forward_backward"):
+                local = self.engine.train_step(batches)
+            with timer.phase("optimizer"):
+                self._optimizer_step()
+            timer.add_loss(local)  # stays on the device until a log step
             self.step += 1
             self.progress_values["tokens_seen"] += tokens_per_step
-            if self.step % t.log_every == 0 or self.step == t.steps:
-                loss = self._sum_over_dp([local.item()])[0] / self.dp_size
-                rate = tokens_per_step / (time.perf_counter() - t0)
-                lr = self.scheduler.get_last_lr()[0]
-                norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
-                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate, **norm)
-                self.progress.step(self.step, loss, lr, rate)
+            self.profiler.end(self.step)
+            record = timer.end_step(tokens=tokens_per_step / self.ctx.world_size,
+                                    samples=t.global_batch_size / self.ctx.world_size)
+            if record is not None:
+                self._record_train(record)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
-                self._record_eval()
+                with timer.paused():  # throughput counts training time only
+                    self._record_eval()
             # saves when due; on a pre-timeout signal: checkpoint and requeue (rank 0), then we stop here
-            self.checkpointer.step(self.step)
+            with timer.phase("checkpoint"):
+                self.checkpointer.step(self.step)
             if self.checkpointer.preempted:
                 self.progress.close()
+                self._stop_observing(monitor)
                 return {"preempted": True, **self.checkpointer.preempted}
         self.checkpointer.wait()
         elapsed = time.perf_counter() - start
         last = self._record_eval()
+        self._stop_observing(monitor)
         self.progress.close()
         self.checkpointer.close()
         return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)

@@ -1,0 +1,158 @@
+"""`exatrain doctor`: checks of one rank's node before a long job, and an all-reduce bandwidth sweep.
+
+The pieces here are per rank (what this process sees) or collective over an already running process group
+(the sweep); the command in exatrain/cli starts the group, gathers every rank's report and prints them.
+Bus bandwidth is computed as nccl-tests does for all_reduce: algbw = bytes / time, busbw = algbw x 2(n-1)/n.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+HIGH_SPEED_PREFIXES = ("hsn", "ib")  # Slingshot (LUMI), InfiniBand (JSC)
+PLUGIN_PATTERNS = ("libnccl-net*.so*", "librccl-net*.so*")
+KIB = 1024
+DEFAULT_SIZES = tuple(KIB * 4**i for i in range(10))  # 1 KiB .. 256 MiB
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size like 256MiB, 64KiB, 1GiB or 4096."""
+    m = re.fullmatch(r"\s*(\d+)\s*(|B|KiB|MiB|GiB|K|M|G)\s*", text)
+    if not m:
+        raise ValueError(f"size {text!r}: expected e.g. 4096, 64KiB, 256MiB, 1GiB")
+    unit = {"": 1, "B": 1, "K": KIB, "KiB": KIB, "M": KIB**2, "MiB": KIB**2, "G": KIB**3, "GiB": KIB**3}[m.group(2)]
+    return int(m.group(1)) * unit
+
+
+def sweep_sizes(max_bytes: int) -> list[int]:
+    """The message sizes of the sweep up to `max_bytes`: 1 KiB, 4 KiB, ... (powers of 4)."""
+    return [s for s in DEFAULT_SIZES if s <= max_bytes] or [KIB]
+
+
+def bus_bandwidth_sweep(sizes: list[int], device: torch.device, iters: int = 5, warmup: int = 1) -> list[dict]:
+    """all_reduce (sum, float32) of each size over all ranks; the time per call is the slowest rank's mean.
+
+    Returns [{"bytes", "time_s", "algbw_gbs", "busbw_gbs"}]; a collective: every rank calls it."""
+    n = dist.get_world_size()
+    results = []
+    for size in sizes:
+        buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(buf)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        _sync(device)
+        elapsed = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        t = elapsed.item()
+        algbw = buf.numel() * 4 / t / 1e9
+        results.append({"bytes": buf.numel() * 4, "time_s": t, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (n - 1) / n})
+    return results
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def high_speed_interfaces(sys_net: str = "/sys/class/net") -> list[str]:
+    """Network interfaces of this node that are high-speed fabrics (hsn*, ib*)."""
+    try:
+        names = os.listdir(sys_net)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(HIGH_SPEED_PREFIXES))
+
+
+def network_plugins(library_path: str | None = None) -> list[str]:
+    """NCCL/RCCL network plugin libraries (aws-ofi-nccl / aws-ofi-rccl, IB plugins) on the library path."""
+    path = os.environ.get("LD_LIBRARY_PATH", "") if library_path is None else library_path
+    found = []
+    for directory in filter(None, path.split(":")):
+        for pattern in PLUGIN_PATTERNS:
+            found += glob.glob(os.path.join(directory, pattern))
+    return sorted(set(found))
+
+
+def parse_nccl_network(log: str) -> str | None:
+    """The network an NCCL_DEBUG=INFO log says NCCL uses: "Socket", "IB", "OFI" (a libfabric plugin,
+    e.g. aws-ofi-nccl), or None when the log does not say (no inter-node communicator was set up)."""
+    m = re.findall(r"NCCL INFO Using network (.+?)\s*$", log, re.M)
+    if m:
+        name = m[-1]
+        return "Socket" if name == "Socket" else "IB" if name == "IB" else "OFI"
+    for tag in ("NET/OFI", "NET/IB", "NET/Socket"):
+        if re.search(rf"NCCL INFO {tag} : Using", log) or (tag == "NET/OFI" and "Selected Provider" in log):
+            return tag.removeprefix("NET/")
+    return None
+
+
+def writable(directory: str | Path) -> bool:
+    """Whether this process can create a file in `directory` (which must exist)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
+def gpu_links() -> str | None:
+    """The GPU-GPU link matrix of this node (`nvidia-smi topo -m` or `rocm-smi --showtopo`), if a tool has it."""
+    for cmd in (["nvidia-smi", "topo", "-m"], ["rocm-smi", "--showtopo"]):
+        if shutil.which(cmd[0]):
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout.strip()
+    return None
+
+
+def rank_report(rank: int, local_rank: int, local_world_size: int, device: torch.device,
+                caches: list[str]) -> dict:
+    """What one rank sees: host, device, GPUs visible vs ranks on the node, fabrics, plugins, caches."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {
+        "rank": rank, "host": socket.gethostname(), "local_rank": local_rank, "device": str(device),
+        "visible_gpus": gpus, "ranks_on_node": local_world_size,
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "interfaces": high_speed_interfaces(), "plugins": network_plugins(),
+        "caches": {c: writable(c) for c in caches if os.path.isdir(c)},
+    }
+
+
+def failures(reports: list[dict], backend: str, nccl_network: str | None) -> list[tuple[str, str]]:
+    """(problem, HINT) for every failed check across all ranks' reports."""
+    out = []
+    for r in reports:
+        where = f"rank {r['rank']} on {r['host']}"
+        if r["device"].startswith("cuda") and r["visible_gpus"] < 1:
+            out.append((f"{where}: device {r['device']} but no GPU visible", "check --gpus-per-task / CUDA_VISIBLE_DEVICES"))
+        if r["device"].startswith("cuda") and r["visible_gpus"] not in (1, r["ranks_on_node"]):
+            out.append((f"{where}: sees {r['visible_gpus']} GPU(s) with {r['ranks_on_node']} rank(s) on the node",
+                        "bind one GPU per rank (--gpus-per-task=1) or all node GPUs to every rank (--gpus-per-node)"))
+        for cache, ok in r["caches"].items():
+            if not ok:
+                out.append((f"{where}: cache directory {cache} is not writable", "point data.cache_dir / TMPDIR at a writable node-local directory"))
+    nodes = {r["host"] for r in reports}
+    if backend == "nccl" and len(nodes) > 1:
+        if nccl_network == "Socket":
+            out.append(("NCCL uses NET/Socket between nodes (TCP): far below the fabric's bandwidth",
+                        "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check NCCL_IB_HCA / NCCL_SOCKET_IFNAME"))
+        if not any(r["interfaces"] for r in reports):
+            out.append(("no high-speed interface (hsn*, ib*) on any node", "run on the compute partition; check the site profile"))
+    return out

@@ -1,0 +1,191 @@
+"""Per-step training metrics without per-step host-device syncs (the `exatrain.StepMetrics` object).
+
+Between log steps nothing leaves the device and nothing crosses ranks: the loss is summed into a device
+tensor, phase times are host clocks (data wait, checkpoint stall) or CUDA events (forward+backward,
+optimizer: the host would only see kernel launches), token counts are Python numbers. On a log step ONE
+all_gather of a small vector per rank (followed by one `.tolist()`) yields the global mean loss, global
+tokens/s and samples/s, the mean step-time breakdown, MFU, peak device memory and the spread between the
+slowest and the fastest rank.
+
+Usage in your own loop::
+
+    metrics = exatrain.StepMetrics(log_every=10, device=ctx.device, flops_per_token=fpt)
+    for step in range(1, steps + 1):
+        with metrics.phase("data"):
+            x, y = next(batches)
+        with metrics.phase("forward_backward"):
+            loss = model(x, y); loss.backward()
+        with metrics.phase("optimizer"):
+            opt.step(); opt.zero_grad()
+        metrics.add_loss(loss)
+        record = metrics.end_step(tokens=y.numel(), samples=len(y))   # a dict on log steps, else None
+        if record: log.write(**record)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+
+from exatrain.observe.flops import device_peak_flops
+
+#: the phases of a step, in the order records list them; host phases are waits measured with the host clock
+PHASES = ("data", "forward_backward", "optimizer", "checkpoint")
+HOST_PHASES = frozenset({"data", "checkpoint"})
+# per-rank vector gathered on log steps: loss sum, loss count, tokens, samples, busy seconds, peak bytes,
+# window seconds, then one entry per phase (seconds)
+_FIXED = 7
+
+
+class StepMetrics:
+    """Accumulates one rank's step metrics and reduces them across ranks every `log_every` steps.
+
+    `end_step()` is called by every rank after each optimizer step; on log steps (every `log_every`-th
+    and `last_step`) it is a collective and returns the same record on every rank, else None.
+    `flops_per_token`: training FLOPs per token (forward + backward) for MFU; `peak_flops`: the device's
+    peak (default: looked up from the GPU's name; none on CPU, so no MFU there). `group`: the ranks to
+    reduce over (default: all). `start_step`: optimizer steps done before (a resumed run).
+    """
+
+    def __init__(self, log_every: int = 10, device=None, flops_per_token: float | None = None,
+                 peak_flops: float | None = None, last_step: int | None = None, group=None, start_step: int = 0):
+        if log_every < 1:
+            raise ValueError(f"log_every={log_every}: must be >= 1")
+        self.log_every, self.last_step, self.group = log_every, last_step, group
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops if peak_flops is not None else device_peak_flops(self.device)
+        self._events = self.device.type == "cuda"
+        self.step = start_step  # steps already done (a resumed run continues the count)
+        self._reset_window(time.perf_counter())
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start, self._window_steps = now, 0
+        self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._loss_count = 0
+        self._tokens = self._samples = 0.0
+        self._host = dict.fromkeys(PHASES, 0.0)
+        self._pending: list[tuple[str, object, object]] = []  # (phase, start event, end event) on CUDA
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Time the block as phase `name` (data, forward_backward, optimizer, checkpoint) of this step."""
+        if name not in PHASES:
+            raise ValueError(f"phase {name!r}: expected one of {', '.join(PHASES)}")
+        if self._events and name not in HOST_PHASES:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._pending.append((name, start, end))
+            return
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._host[name] += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Leave the block's time out of the window's wall time (e.g. an evaluation between steps)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._window_start += time.perf_counter() - t0
+
+    def add_time(self, name: str, seconds: float) -> None:
+        """Add host-measured seconds to phase `name` (for a phase timed elsewhere)."""
+        self._host[name] += seconds
+
+    def add_loss(self, loss: torch.Tensor | float) -> None:
+        """Add this step's loss (a tensor stays on its device: no sync). Call once per optimizer step."""
+        if isinstance(loss, torch.Tensor):
+            self._loss_sum += loss.detach().to(self._loss_sum.device, torch.float64)
+        else:
+            self._loss_sum += float(loss)
+        self._loss_count += 1
+
+    def is_log_step(self, step: int) -> bool:
+        """Whether `end_step` of step `step` (1-based) reduces and returns a record."""
+        return step % self.log_every == 0 or (self.last_step is not None and step == self.last_step)
+
+    def end_step(self, tokens: float = 0, samples: float = 0) -> dict | None:
+        """Close one optimizer step that processed `tokens`/`samples` on THIS rank (host numbers).
+
+        Returns the record (same on every rank) on log steps, else None; no device sync on other steps."""
+        self.step += 1
+        self._window_steps += 1
+        self._tokens += tokens
+        self._samples += samples
+        if not self.is_log_step(self.step):
+            return None
+        return self._reduce()
+
+    def _reduce(self) -> dict:
+        local = self._local_vector()
+        rows = _gather(local, self.group)  # the one collective (and, with .tolist(), the one sync)
+        record = self._record(rows)
+        self._reset_window(time.perf_counter())
+        return record
+
+    def _local_vector(self) -> torch.Tensor:
+        phases = dict(self._host)
+        if self._pending:
+            self._pending[-1][2].synchronize()  # log steps only: the last event done means all are
+            for name, start, end in self._pending:
+                phases[name] += start.elapsed_time(end) / 1000.0
+        peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else -1.0
+        window_s = time.perf_counter() - self._window_start
+        host = [float(self._loss_count), self._tokens, self._samples, sum(phases.values()), float(peak), window_s]
+        host += [phases[p] for p in PHASES]
+        host_t = torch.tensor(host, dtype=torch.float64, device=self.device)
+        return torch.cat([self._loss_sum.reshape(1), host_t])
+
+    def _record(self, rows: list[list[float]]) -> dict:
+        n, steps = len(rows), self._window_steps
+        col = lambda i: [r[i] for r in rows]  # noqa: E731
+        window_s = max(col(6))  # the slowest rank's wall time: the same record on every rank
+        loss_n = sum(col(1))
+        tokens, samples = sum(col(2)), sum(col(3))
+        busy = [b / steps for b in col(4)]
+        slowest = max(range(n), key=busy.__getitem__)
+        peak = max(col(5))
+        record = {
+            "step": self.step,
+            "loss": sum(col(0)) / loss_n if loss_n else None,
+            "tokens_per_s": tokens / window_s if window_s > 0 else None,
+            "samples_per_s": samples / window_s if window_s > 0 else None,
+            "step_s": window_s / steps,
+            **{f"time_{p}_s": sum(col(_FIXED + i)) / n / steps for i, p in enumerate(PHASES)},
+            "mfu": self._mfu(tokens / window_s if window_s > 0 else 0.0, n),
+            "peak_mem_gib": peak / 2**30 if peak >= 0 else None,
+            "rank_skew_s": max(busy) - min(busy),
+            "slowest_rank": _global_rank(slowest, self.group),
+        }
+        return record
+
+    def _mfu(self, tokens_per_s: float, ranks: int) -> float | None:
+        if not self.flops_per_token or not self.peak_flops:
+            return None
+        return tokens_per_s * self.flops_per_token / (self.peak_flops * ranks)
+
+
+def _gather(local: torch.Tensor, group) -> list[list[float]]:
+    """Every rank's vector, as floats on the host (all_gather; one process without a group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [local.tolist()]
+    rows = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(rows, local, group=group)
+    return torch.stack(rows).tolist()
+
+
+def _global_rank(group_rank: int, group) -> int:
+    if group is None or not (dist.is_available() and dist.is_initialized()):
+        return group_rank
+    return dist.get_global_rank(group, group_rank)
