@@ -23,7 +23,7 @@ from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 from exatrain.train.progress import ProgressReporter
-from exatrain.train.records import MetricsLog, write_json
+from exatrain.train.records import DIGEST_MOD, MetricsLog, samples_digest, write_json
 
 
 class Trainer:
@@ -113,7 +113,9 @@ class Trainer:
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
-        return [self._to_device(make_batch(self.train_tokens, idx, self.cfg.data.seq_len)) for idx in indices]
+        batches = [make_batch(self.train_tokens, idx, self.cfg.data.seq_len) for idx in indices]
+        self.batch_digest = samples_digest(x for x, _ in batches)  # what this rank really consumes
+        return [self._to_device(b) for b in batches]
 
     def _to_device(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(t.to(self.ctx.device, non_blocking=True) for t in batch)
@@ -165,11 +167,13 @@ class Trainer:
             self.step += 1
             self.tokens_seen += tokens_per_step
             if self.step % t.log_every == 0 or self.step == t.steps:
-                loss = self._sum_over_dp([local.item()])[0] / self.dp_size
+                loss, digest = self._sum_over_dp([local.item(), float(self.batch_digest)])
+                loss /= self.dp_size
                 rate = tokens_per_step / (time.perf_counter() - t0)
                 lr = self.scheduler.get_last_lr()[0]
                 norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
-                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate, **norm)
+                self.metrics.write(kind="train", step=self.step, loss=loss, lr=lr, tokens_per_s=rate, **norm,
+                                   batch_digest=int(digest) % DIGEST_MOD)
                 self.progress.step(self.step, loss, lr, rate)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
                 self._record_eval()
