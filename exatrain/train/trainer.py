@@ -21,6 +21,7 @@ from exatrain.distributed.parallelize import local_tensor
 from exatrain.env.devices import describe_devices
 from exatrain.models import model_shape
 from exatrain.observe import MetricsLog, ProgressReporter, write_json
+from exatrain.observe.digest import DIGEST_MOD, samples_digest
 from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.observe.gpu_monitor import GpuMonitor
 from exatrain.observe.metrics import MetricsFanout
@@ -136,7 +137,9 @@ class Trainer:
         """Write one log step's record (metrics.jsonl, TensorBoard) and show it (progress bar or line)."""
         lr = self.scheduler.get_last_lr()[0]
         norm = {} if self.grad_norm is None else {"grad_norm": self.grad_norm.item()}
-        self.metrics.write(kind="train", **record, lr=lr, **norm)
+        # the logged step's global batch, as the data-parallel ranks really consumed it (exact in float64)
+        digest = int(self._sum_over_dp([float(self.batch_digest)])[0]) % DIGEST_MOD
+        self.metrics.write(kind="train", **record, lr=lr, **norm, batch_digest=digest)
         self.progress.step(self.step, record["loss"], lr, record["tokens_per_s"], record)
 
     def _start_monitor(self) -> GpuMonitor | None:
@@ -157,7 +160,9 @@ class Trainer:
 
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
-        return [self._to_device(make_batch(self.train_tokens, idx, self.cfg.data.seq_len)) for idx in indices]
+        batches = [make_batch(self.train_tokens, idx, self.cfg.data.seq_len) for idx in indices]
+        self.batch_digest = samples_digest(x for x, _ in batches)  # what this rank really consumes
+        return [self._to_device(b) for b in batches]
 
     def _to_device(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(t.to(self.ctx.device, non_blocking=True) for t in batch)

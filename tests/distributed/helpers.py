@@ -34,8 +34,23 @@ def spawn(fn, world: int, *args) -> None:
     mp.spawn(_entry, args=(fn, world, free_port(), args), nprocs=world, join=True)
 
 
-def train_losses(run_dir) -> dict[int, float]:
-    """{step: training loss} of a run, from its metrics.jsonl."""
+def train_records(run_dir) -> list[dict]:
+    """The train records of a run's metrics.jsonl in file order, checked: every step at most once and in
+    increasing order (a duplicated, lost-and-rewritten or reordered record fails here, which a dict keyed
+    by step would hide)."""
     from exatrain.train.records import read_metrics
 
-    return {m["step"]: m["loss"] for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"}
+    records = [m for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"]
+    steps = [m["step"] for m in records]
+    assert steps == sorted(set(steps)), f"{run_dir}: train records duplicated or out of order: {steps}"
+    return records
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    """{step: training loss} of a run (records checked by train_records)."""
+    return {m["step"]: m["loss"] for m in train_records(run_dir)}
+
+
+def batch_digests(run_dir) -> dict[int, int]:
+    """{step: digest of the global batch the trainer really consumed at that step} (see samples_digest)."""
+    return {m["step"]: m["batch_digest"] for m in train_records(run_dir)}

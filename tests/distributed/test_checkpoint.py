@@ -16,7 +16,7 @@ import torch
 
 from exatrain.train.records import read_metrics
 from tests.conftest import finish, started_exatrain, wait_for, worker_pid
-from tests.distributed.helpers import train_losses
+from tests.distributed.helpers import batch_digests, train_losses, train_records
 
 pytestmark = pytest.mark.dist
 
@@ -54,6 +54,9 @@ def test_resume_under_other_world_size_continues_identically(uninterrupted, exat
     full, resumed = train_losses(uninterrupted), train_losses(run)
     assert sorted(resumed) == list(range(7, 13)), "a resumed run trains exactly the remaining steps"
     assert max(abs(full[s] - resumed[s]) for s in resumed) <= 1e-5, (full, resumed)
+    # no sample skipped or repeated: each step consumed the uninterrupted run's global batch
+    want = batch_digests(uninterrupted)
+    assert len(set(want.values())) == 12 and batch_digests(run) == {s: want[s] for s in range(7, 13)}
 
 
 def test_export_loads_into_a_plain_model(uninterrupted, exatrain_cli, tmp_path):
@@ -189,13 +192,17 @@ def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatr
         code, out, err = finish(proc)
     assert code != 0, out + err
     assert partial.is_dir() and not (ckpts / "step-12").exists()
+    assert max(train_losses(run)) > 6, "the killed run logged steps after step-6, which the resume must drop"
     assert sorted(p.name for p in ckpts.iterdir()) == [".step-12.partial", "step-6"]
 
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *COMMON, "--checkpoint.resume=auto")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"resumed from {ckpts / 'step-6'} at step 6" in r.stdout
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-12", "step-6"]
+    # metrics.jsonl was cut back to step 6 at the resume: every step once, in order (train_records checks)
+    assert [m["step"] for m in train_records(run)] == list(range(1, 13))
     assert train_losses(run) == train_losses(uninterrupted)
+    assert batch_digests(run) == batch_digests(uninterrupted)
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process on purpose

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from tests.conftest import run_exatrain
-from tests.distributed.helpers import train_losses
+from tests.distributed.helpers import batch_digests, train_losses
 
 pytestmark = pytest.mark.dist
 
@@ -44,3 +44,4 @@ def test_fsdp_checkpoint_resumes_in_another_layout(fsdp_run, tmp_path, nproc, la
     full, resumed = train_losses(fsdp_run), train_losses(run)
     assert sorted(resumed) == [3, 4]
     assert max(abs(full[s] - resumed[s]) for s in resumed) <= TOL, (full, resumed)
+    assert batch_digests(run) == {s: d for s, d in batch_digests(fsdp_run).items() if s > 2}

@@ -86,3 +86,39 @@ def test_weights_in_sync_compares_only_ranks_at_the_same_place():
     # (pp, dp_shard, tp, digest): shards at different places may differ, replicas of one place may not
     assert replicas_agree([(0, 0, 0, "a"), (0, 1, 0, "b"), (0, 0, 0, "a"), (0, 1, 0, "b")])
     assert not replicas_agree([(0, 0, 0, "a"), (0, 1, 0, "b"), (0, 0, 0, "a"), (0, 1, 0, "c")])
+
+
+def test_metrics_log_resumed_keeps_only_the_records_up_to_the_checkpoint(tmp_path):
+    """A resumed run recomputes the steps after its checkpoint: their old records go, earlier ones stay in
+    order; a fresh run starts an empty file."""
+    from exatrain.train.records import MetricsLog, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    first = MetricsLog(path, enabled=True)
+    for step in range(1, 11):
+        first.write(kind="train", step=step, loss=float(step))
+        if step % 5 == 0:
+            first.write(kind="eval", step=step, loss=0.5)
+    MetricsLog(path, enabled=True, resume_step=6)
+    assert [(m["kind"], m["step"]) for m in read_metrics(path)] == \
+        [("train", 1), ("train", 2), ("train", 3), ("train", 4), ("train", 5), ("eval", 5), ("train", 6)]
+    MetricsLog(path, enabled=False, resume_step=2)  # not rank 0: leaves the file alone
+    assert len(read_metrics(path)) == 7
+    MetricsLog(path, enabled=True)
+    assert read_metrics(path) == []
+
+
+def test_samples_digest_names_a_global_batch_however_it_is_split():
+    """Summed over ranks (modulo 2**32) it is the same for any split of the rows into ranks and micro-batches;
+    a batch with one sample repeated in place of another has another digest."""
+    import torch
+
+    from exatrain.observe.digest import DIGEST_MOD, samples_digest
+
+    x = torch.arange(8 * 5).reshape(8, 5)
+    whole = samples_digest([x])
+    assert (samples_digest([x[:3], x[3:4]]) + samples_digest([x[4:]])) % DIGEST_MOD == whole
+    assert samples_digest([x[4:], x[:4]]) == whole
+    repeated = x.clone()
+    repeated[7] = x[6]
+    assert samples_digest([repeated]) != whole
