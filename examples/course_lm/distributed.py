@@ -18,6 +18,7 @@ from torch.utils.data import Dataset
 
 
 def parse_args(argv=None):
+    """The command line: data, sizes, training length."""
     parser = argparse.ArgumentParser(description="Transformer language model on WikiText-2")
     parser.add_argument("--data-dir", default="wikitext-2",
                         help="directory with train.txt, valid.txt, test.txt (or wiki.*.tokens)")
@@ -47,6 +48,7 @@ def split_file(data_dir, split):
 
 
 def read_words(path):
+    """All words of a split file, with <eos> at the end of each line (word-level language modelling)."""
     words = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -80,12 +82,15 @@ class Sequences(Dataset):
 
 
 def load_split(data_dir, split, vocab, seq_len):
+    """One split as a dataset of sequences, encoded with the training vocabulary."""
     return Sequences(vocab.encode(read_words(split_file(data_dir, split))), seq_len)
 
 
 # ---------------------------------------------------------------- model
 
 class TransformerLM(nn.Module):
+    """Token and position embeddings, causal Transformer encoder layers, a linear head over the vocabulary."""
+
     def __init__(self, vocab_size, d_model, n_heads, n_layers, seq_len, dropout):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -106,6 +111,7 @@ class TransformerLM(nn.Module):
 # ---------------------------------------------------------------- training
 
 def train_epoch(model, loader, optimizer, device):
+    """One pass over the training data; the mean training loss."""
     model.train()
     total = 0.0
     for x, y in loader:
@@ -122,6 +128,7 @@ def train_epoch(model, loader, optimizer, device):
 
 @torch.no_grad()
 def evaluate(model, loader, device):
+    """The mean loss on a validation or test loader."""
     model.eval()
     total = 0.0
     for x, y in loader:
@@ -133,6 +140,7 @@ def evaluate(model, loader, device):
 
 
 def main(argv=None):
+    """Train for --epochs, keep the best model by validation loss, test the final one."""
     args = parse_args(argv)
     ctx = exatrain.init(seed=args.seed)
     device = ctx.device
