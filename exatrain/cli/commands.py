@@ -195,12 +195,18 @@ def cmd_doctor(args, extra: list[str]) -> int:
 
 def cmd_scale(args, overrides: list[str]) -> int:
     """Run the study (one training run per world size), then write its report."""
-    from exatrain.cli.scale import parse_counts, run_study
+    from exatrain.cli.scale import parse_counts, run_slurm_study, run_study
 
-    counts = parse_counts(args.nproc)
     cfg = load_config(args.config, overrides)  # bad configuration fails before the first run
     out = Path(args.out)
-    run_study(counts, out, args.mode, cfg.train.global_batch_size, args.config, overrides)
+    config = str(Path(args.config).resolve()) if args.config else None
+    if args.nodes:
+        from exatrain.launch.runner import SlurmRunner
+
+        run_slurm_study(parse_counts(args.nodes, "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
+                        SlurmRunner())
+    else:
+        run_study(parse_counts(args.nproc), out, args.mode, cfg.train.global_batch_size, config, overrides)
     return _report([str(out)], out / "report.html")
 
 

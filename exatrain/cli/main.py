@@ -100,8 +100,10 @@ def _add_job_commands(sub) -> None:
     sc = sub.add_parser("scale", allow_abbrev=False,
                         help="scaling study here: train at several local world sizes, then write the report",
                         epilog="Any --section.key=value sets a config value for every run, e.g. --train.steps=50.")
-    sc.add_argument("--nproc", required=True, help="local world sizes, e.g. 1,2,4")
-    sc.add_argument("--config", help="TOML configuration file")
+    sc.add_argument("config", nargs="?", help="TOML configuration file (with a [job] section for --nodes)")
+    sizes = sc.add_mutually_exclusive_group(required=True)
+    sizes.add_argument("--nproc", help="local world sizes, e.g. 1,2,4")
+    sizes.add_argument("--nodes", help="node counts of a series of SLURM jobs (one after the other), e.g. 1,2,4,8")
     sc.add_argument("--mode", choices=["strong", "weak"], default="strong",
                     help="strong: same global batch at every size; weak: same batch per rank")
     sc.add_argument("--out", default="runs/scale", help="folder of the study (one run directory per size)")

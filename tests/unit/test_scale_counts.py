@@ -1,0 +1,17 @@
+"""The world sizes / node counts of `exatrain scale`, and a clear error for bad ones."""
+
+import pytest
+
+from exatrain.cli.scale import parse_counts
+from exatrain.errors import ExatrainError
+
+
+def test_counts_are_sorted():
+    assert parse_counts("4,1,2") == [1, 2, 4]
+
+
+@pytest.mark.parametrize("text", ["", "1,1", "0,2", "two"])
+def test_bad_counts_name_the_flag(text):
+    with pytest.raises(ExatrainError, match="--nodes") as e:
+        parse_counts(text, "--nodes")
+    assert "HINT: e.g. exatrain scale --nodes 1,2,4" in str(e.value)
