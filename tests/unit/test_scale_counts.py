@@ -15,3 +15,11 @@ def test_bad_counts_name_the_flag(text):
     with pytest.raises(ExatrainError, match="--nodes") as e:
         parse_counts(text, "--nodes")
     assert "HINT: e.g. exatrain scale --nodes 1,2,4" in str(e.value)
+
+
+def test_report_of_a_folder_without_runs_says_so(tmp_path):
+    from exatrain.observe.report import write_report
+
+    with pytest.raises(ExatrainError, match="no summary.json") as e:
+        write_report([str(tmp_path)], tmp_path / "report.html")
+    assert "HINT: pass run directories" in str(e.value)
