@@ -7,6 +7,8 @@ hits both alike; the result is the ratio of median step times (on / off). Goal: 
 Without a GPU the sampler finds no GPU tool and its thread ends at once (say so next to any figure).
 
     .venv/bin/python benchmarks/observe_overhead.py [--size small] [--steps 20] [--reps 7] [--log-every 10]
+
+(The Trainer catches SIGTERM as a pre-timeout signal: stop a run with Ctrl-C or SIGKILL.)
 """
 
 from __future__ import annotations

@@ -256,6 +256,37 @@ def cmd_doctor(args, extra: list[str]) -> int:
     return launch_local(nproc, "exatrain.cli.main", forwarded)
 
 
+def cmd_scale(args, overrides: list[str]) -> int:
+    """Run the study (one training run per world size), then write its report."""
+    from exatrain.cli.scale import parse_counts, run_slurm_study, run_study
+
+    cfg = load_config(args.config, overrides)  # bad configuration fails before the first run
+    out = Path(args.out)
+    config = str(Path(args.config).resolve()) if args.config else None
+    if args.nodes:
+        from exatrain.launch.runner import SlurmRunner
+
+        run_slurm_study(parse_counts(args.nodes, "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
+                        SlurmRunner())
+    else:
+        run_study(parse_counts(args.nproc), out, args.mode, cfg.train.global_batch_size, config, overrides)
+    return _report([str(out)], out / "report.html")
+
+
+def cmd_report(args, extra: list[str]) -> int:
+    """Write the HTML report and its Markdown tables."""
+    return _report(args.runs, Path(args.out))
+
+
+def _report(runs: list[str], out: Path) -> int:
+    from exatrain.observe.report import write_report
+
+    html_path, md_path, _ = write_report(runs, out)
+    print(md_path.read_text(), end="")
+    print(f"report: {html_path} (tables also in {md_path})")
+    return 0
+
+
 def cmd_monitor(args, extra: list[str], runner=None) -> int:
     """Show a running job's GPUs (one table, or live until Ctrl-C)."""
     from exatrain.launch.runner import SlurmRunner

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from exatrain.distributed import all_gather_objects, init_distributed, teardown
+from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.observe import doctor
 
@@ -20,7 +21,7 @@ def doctor_here(env, args) -> int:
     """This rank's part of the doctor (a collective over all ranks); rank 0 prints; 1 when a check failed."""
     ctx = init_distributed(env, args.device, "auto", args.timeout)  # joining the group proves the master reachable
     try:
-        check_affinity(ctx, args.profile, "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
+        check_affinity(ctx, JobConfig(profile=args.profile) if args.profile else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
         caches = sorted({tempfile.gettempdir(), *(c for c in (args.cache_dir,) if c)})
         report = doctor.rank_report(ctx.rank, ctx.local_rank, ctx.env.local_world_size, ctx.device, caches)
         report["links"] = doctor.gpu_links() if ctx.local_rank == 0 else None

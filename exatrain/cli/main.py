@@ -144,6 +144,20 @@ def _add_job_commands(sub) -> None:
     do.add_argument("--profile", default="generic-nvidia", help="site profile for the CPU affinity masks")
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
     do.add_argument("--nccl-log", default="", help="an NCCL_DEBUG=INFO log of this job to tell NET/Socket from IB/OFI")
+    sc = sub.add_parser("scale", allow_abbrev=False,
+                        help="scaling study here: train at several local world sizes, then write the report",
+                        epilog="Any --section.key=value sets a config value for every run, e.g. --train.steps=50.")
+    sc.add_argument("config", nargs="?", help="TOML configuration file (with a [job] section for --nodes)")
+    sizes = sc.add_mutually_exclusive_group(required=True)
+    sizes.add_argument("--nproc", help="local world sizes, e.g. 1,2,4")
+    sizes.add_argument("--nodes", help="node counts of a series of SLURM jobs (one after the other), e.g. 1,2,4,8")
+    sc.add_argument("--mode", choices=["strong", "weak"], default="strong",
+                    help="strong: same global batch at every size; weak: same batch per rank")
+    sc.add_argument("--out", default="runs/scale", help="folder of the study (one run directory per size)")
+    rp = sub.add_parser("report", allow_abbrev=False,
+                        help="one self-contained HTML page (and Markdown tables) of a scaling study's runs")
+    rp.add_argument("runs", nargs="+", help="run directories, or the folder of `exatrain scale`")
+    rp.add_argument("--out", default="report.html", help="HTML file to write (the Markdown goes next to it, .md)")
     mo = sub.add_parser("monitor", allow_abbrev=False,
                         help="live table of every GPU of a running job (srun --overlap --jobid; Ctrl-C stops)")
     mo.add_argument("job_id", help="id of a RUNNING job")
@@ -169,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     args.target = target
     try:
-        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit"):
+        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale"):
             extra = _overrides(extra)
         elif extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")

@@ -60,8 +60,9 @@ def test_max_restarts_restarts_the_workers(tmp_path):
     """Rank 1 fails in the first attempt only: with --max-restarts 1 the agent starts the group again and
     the run succeeds (the agent gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as `exatrain train` does)."""
     (tmp_path / "flaky.py").write_text(
-        "import os, sys\nprint('attempt', os.environ['TORCHELASTIC_RESTART_COUNT'], 'rank', os.environ['RANK'], "
-        "os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'), flush=True)\n"
+        # one write per line: the two workers share the pipe, and print() under `python -u` writes word by word
+        "import os, sys\nos.write(1, ('attempt %s rank %s %s\\n' % (os.environ['TORCHELASTIC_RESTART_COUNT'], "
+        "os.environ['RANK'], os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'))).encode())\n"
         "sys.exit(4 if os.environ['RANK'] == '1' and os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n")
     r = run_exatrain(["run", "--nproc", "2", "--max-restarts", "1", "flaky.py"], cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
