@@ -168,10 +168,11 @@ def transient_bytes(s: RankShards, cfg: Config, dims: ParallelDims, grads: int) 
 
 def _block_note(spec: memory.ActivationSpec) -> str:
     if spec.elem_bytes == 4:
-        return f"{memory.FULL_BLOCK} x B*T*D fp32 elements"
+        return f"{memory.FULL_BLOCK} x B*T*D fp32 elements per block"
     residual, casts, sharded = memory.BF16_BLOCK["compiled" if spec.compiled else "eager"]
-    return (f"{residual + casts + sharded} bytes x B*T*D under bf16 autocast ({'compiled' if spec.compiled else 'eager'}: "
-            "fp32 residual stream, measured on an H100), plus bf16 copies of the fp32 matmul weights")
+    return (f"{residual + casts + sharded} bytes x B*T*D per block under bf16 autocast "
+            f"({'compiled' if spec.compiled else 'eager'}; fp32 residual stream; measured on an H100), "
+            "bf16 copies of the fp32 matmul weights in their own row")
 
 
 def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) -> list[str]:
@@ -183,7 +184,7 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
         "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in param_dtype, "
         "its unsharded gradient and fp32 reduce input; DDP: its buckets, one more copy of the gradients",
-        f"activations: ESTIMATE, {_block_note(spec)} per block (flash attention), "
+        f"activations: ESTIMATE, {_block_note(spec)} (flash attention), "
         f"B = {spec.batch} samples per microbatch, T = {spec.seq_len}; checkpointing: {cfg.parallel.activation_checkpoint}; "
         "the last stage adds 8 bytes per logit for the loss's backward",
         "gradients and activations: their sum when gradients exist during a forward (accumulation, pipeline), "
