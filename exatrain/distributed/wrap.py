@@ -28,8 +28,8 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
     layout "auto": HSDP when ctx has dp_shard > 1 and dp_replicate > 1, FSDP when dp_shard > 1, DDP when
     more than one data-parallel rank, else none. "fsdp"/"ddp" over all data-parallel ranks of ctx; with a
     single data-parallel rank they add nothing (AC, compile and TP still apply; param_dtype and cpu_offload
-    are then ignored). Every rank must start
-    from the same weights (exatrain.init seeds every rank alike; rank 0's weights are broadcast to be sure).
+    are then ignored). Every rank must start from the same weights (exatrain.init seeds every rank alike;
+    rank 0's weights are broadcast to be sure).
     """
     layout = _resolve_layout(layout, ctx)
     if tp_plan is not None and ctx.dims.tp < 2:
@@ -41,6 +41,7 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
                           "torch.autocast for bf16 compute without FSDP")
     if layout in ("fsdp", "ddp") and ctx.dims.dp == 1:
         layout = "none"  # a single data-parallel rank: nothing to shard or replicate over
+    cpu_offload = cpu_offload and layout in ("fsdp", "hsdp")
     ac_mode, ac_every = _ac_mode(activation_checkpoint)
     needs_blocks = layout in ("fsdp", "hsdp") or ac_mode != "none" or bool(compile)
     found = find_blocks(model, blocks) if needs_blocks or blocks is not None else None
