@@ -23,11 +23,10 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor.parallel import loss_parallel
 
-from exatrain.distributed.parallelize import all_reduce_gradients, apply_ddp, local_tensor
+from exatrain.distributed.parallelize import all_reduce_gradients, apply_ddp, gathered_state_dict, local_tensor
 
 
 class Engine:
@@ -106,5 +105,6 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     process group, a CPU copy of the state dict."""
     if not dist.is_initialized():
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = gathered_state_dict(model)  # collective: every rank takes part in each gather
+    return full if dist.get_rank() == 0 else {}
 
