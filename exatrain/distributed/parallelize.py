@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -105,6 +105,29 @@ def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
     Call after the weights are loaded: DDP's constructor broadcasts rank 0's parameters."""
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, process_group=dp_mesh.get_group(), device_ids=device_ids)
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole value of a DTensor on every rank (collective), gathered one mesh dimension at a time.
+
+    DTensor's own full_tensor() gathers a tensor sharded on two mesh dimensions (FSDP x TP:
+    (_StridedShard(0), Shard(0))) in one multi-dimensional redistribution that it cannot merge, and warns
+    on every rank that it "may give inconsistent results between ranks". One single-dimension all_gather
+    per mesh dimension, outermost first, gives the same bits without that path."""
+    if not isinstance(t, DTensor):
+        return t
+    placements = list(t.placements)
+    for dim, placement in enumerate(placements):
+        if not placement.is_replicate():
+            placements[dim] = Replicate()
+            t = t.redistribute(t.device_mesh, placements)
+    return t.to_local()
+
+
+def gathered_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+    """`module`'s state dict with every (FSDP/TP-sharded) tensor gathered whole, as CPU tensors, on every
+    rank (collective over the module's mesh)."""
+    return {k: full_tensor(v).detach().cpu() for k, v in module.state_dict().items()}
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

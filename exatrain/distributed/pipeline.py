@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from exatrain.distributed.parallelize import local_tensor
+from exatrain.distributed.parallelize import gathered_state_dict, local_tensor
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
 MULTI_STAGE = ("interleaved_1f1b",)  # schedules that take a list of stages (several per rank)
@@ -120,11 +120,7 @@ def gather_full_state_dict(module: nn.Module, pp_group: dist.ProcessGroup | None
 
     Collective over all ranks: each stage's DTensors are gathered within its own data/tensor-parallel
     group, then the pipeline group that contains global rank 0 sends the per-stage dicts to it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    # cpu_offload=True would keep tensors on global rank 0 only, i.e. lose the other stages' entries
-    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
-    full = {k: v.detach().cpu() for k, v in full.items()}
+    full = gathered_state_dict(module)  # on every rank of the stage: the pipeline gather below needs them
     if pp_group is None:
         return full if dist.get_rank() == 0 else None
     if 0 not in dist.get_process_group_ranks(pp_group):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+from exatrain.distributed.parallelize import full_tensor
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -14,7 +16,15 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     A collective under a process group: call it on every rank. Names are the plain model's (no `module.`
     prefix of DDP, no activation-checkpoint wrapper names), so the dict loads into an unwrapped model.
     Without a process group: a CPU copy of the state dict."""
+    state = get_model_state_dict(model)  # the plain model's names; DTensors where sharded
     if not dist.is_initialized():
-        state = get_model_state_dict(model)
         return {k: v.detach().cpu().clone() for k, v in state.items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # one mesh dimension at a time (full_tensor): torch's own full-state-dict gather of FSDP x TP parameters
+    # warns on every rank that it "may give inconsistent results"; every rank takes part in each gather
+    root = dist.get_rank() == 0
+    full = {}
+    for k, v in state.items():
+        whole = full_tensor(v)
+        if root:
+            full[k] = whole.detach().cpu()
+    return full
