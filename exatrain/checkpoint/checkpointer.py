@@ -37,7 +37,8 @@ class Checkpointer:
         self.extra = extra if extra is not None else {}  # the caller's dict, restored in place
         self.run_dir = Path(run_dir)
         self.step_count = 0
-        self.manager = CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save)
+        self.manager = CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save,
+                                         on_commit=lambda path: self.log(f"checkpoint {path} committed"))
         plain = model.module if isinstance(model, DistributedDataParallel) else model
         self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, config, ctx.rank,
                                    ctx.device, layout=ctx.dims.describe())
@@ -98,8 +99,7 @@ class Checkpointer:
         """Every rank got here at the same step: checkpoint, rank 0 requeues, every rank exits."""
         self.log(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {n}")
         self.manager.wait()
-        path = self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)
-        self.log(f"checkpoint {path} committed")
+        path = self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)  # commit says so
         env = self.ctx.env
         requeued, message = False, f"not a SLURM job step: {self.restart_hint}"
         if is_root() and env.kind == "slurm" and env.job_id:

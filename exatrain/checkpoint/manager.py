@@ -32,8 +32,9 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 class CheckpointManager:
     """Checkpoints of one run under RUN_DIR/checkpoints; every rank calls every method."""
 
-    def __init__(self, root: Path, interval: int, keep: int, async_save: bool = False):
+    def __init__(self, root: Path, interval: int, keep: int, async_save: bool = False, on_commit=None):
         self.root, self.interval, self.keep, self.async_save = Path(root), interval, keep, async_save
+        self.on_commit = on_commit  # called on rank 0 with each committed checkpoint's path (say so in the output)
         self.resumed_from: Path | None = None
         self.pending: tuple[Future, int] | None = None  # the one background save allowed in flight
         # A background save runs collectives from its own thread: on the training group they would
@@ -117,6 +118,8 @@ class CheckpointManager:
         """
         if is_root():
             commit(partial_dir(self.root, step), step_dir(self.root, step))
+            if self.on_commit is not None:
+                self.on_commit(step_dir(self.root, step))
             self.finish_pruning()
             retired = retire(self.root, self.keep, protect=self.resumed_from)
             # Unlinking a checkpoint is slow on some file systems (~300 MiB: 65-125 ms on ext4 with `discard`

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 
 import exatrain
+from exatrain.checkpoint import latest
+from exatrain.errors import ExatrainError
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
 from exatrain.distributed import all_gather_objects, rank_seed, seed_everything, sum_across_ranks
@@ -93,7 +95,16 @@ class Trainer:
             async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
             exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
-        self.step = self.checkpointer.resume(c.resume or ("auto" if self.ctx.env.restart_count else ""), announce=False)
+        which = c.resume or ("auto" if self.ctx.env.restart_count else "")
+        newest = latest(self.checkpoints.root)
+        if not which and newest is not None:
+            # a fresh run here would mix its checkpoints with the old run's (keep-K prunes by step number, and
+            # a later resume=auto would pick the old run's newest): refuse before anything is written
+            raise ExatrainError(f"run.dir {self.run_dir} already holds checkpoints of another run (newest: {newest.name}) "
+                                "and checkpoint.resume is empty, so this run would start fresh on top of them",
+                                "continue that run with --checkpoint.resume=auto, or start this one in another "
+                                "--run.dir (or delete the old checkpoints folder)")
+        self.step = self.checkpointer.resume(which, announce=False)
         return self.checkpointer.resumed_from
 
     # what the checkpoint benchmarks drive directly: the CheckpointManager and the TrainingState
@@ -206,6 +217,10 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
         self.progress.line(self._banner())
+        if self.step >= t.steps:
+            self.progress.line(f"the run is already complete: its checkpoint is at step {self.step} and train.steps is "
+                               f"{t.steps}, so there is nothing to train. To continue it, raise the step count, e.g. "
+                               f"--train.steps={self.step + max(t.steps // 2, 1)} --checkpoint.resume=auto")
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
         timer, monitor = self._step_metrics(), self._start_monitor()
