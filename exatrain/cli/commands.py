@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +50,66 @@ def _default_nproc() -> int:
     from exatrain.env.devices import count_node_gpus
 
     return count_node_gpus() or 2
+
+
+def cmd_run(args, extra: list[str]) -> int:
+    """Run the user's script: as this launcher's rank (exec), or in --nproc local workers under torchrun's agent."""
+    from exatrain.env import detect_environment
+    from exatrain.launch import run as runner
+
+    target = runner.check_target(_run_target(args.target))
+    profile = _run_profile(args.profile)
+    suffix = args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
+    env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
+                             master_port=args.master_port)
+    if env.kind == "local":
+        return _run_local(args, env, target)
+    if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
+        print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
+              f"{env.world_size} rank(s)", file=sys.stderr)
+    child_env, notes = runner.rank_environment(env, os.environ, masks=profile.cpu_masks if profile else (),
+                                               affinity=args.affinity)
+    for note in notes:
+        print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
+    runner.exec_rank(target, child_env)
+    return 0  # not reached: exec replaced this process
+
+
+def _run_target(words: list[str] | None):
+    from exatrain.launch.run import Target
+
+    if not words:
+        return None
+    if words[0] == "-m":
+        return Target(words[1] if len(words) > 1 else "", True, tuple(words[2:]))
+    return Target(words[0], False, tuple(words[1:]))
+
+
+def _run_profile(name: str | None):
+    if not name:
+        return None
+    from exatrain.launch import load_profile
+
+    return load_profile(name)
+
+
+def _run_local(args, env, target) -> int:
+    from exatrain.launch import check_nproc
+    from exatrain.launch.local import check_max_restarts, cores_note, launch_target
+    from exatrain.launch.run import batch_shell_error
+
+    problem = batch_shell_error(env)
+    if problem and args.nproc is None:
+        raise problem
+    for note in env.notes:
+        print(f"exatrain: note: {note}", file=sys.stderr)
+    nproc = check_nproc(args.nproc if args.nproc is not None else _default_nproc())
+    check_max_restarts(args.max_restarts)
+    note = cores_note(nproc)
+    if note:
+        print(f"exatrain: note: {note}", file=sys.stderr)
+    argv = ["-m", target.name] if target.is_module else [target.name]
+    return launch_target(nproc, [*argv, *target.args], max_restarts=args.max_restarts)
 
 
 def cmd_env(args, overrides: list[str]) -> int:

@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure "
                         "(they resume from the latest checkpoint)")
 
+    p.run_parser = _add_run_command(sub)
+
     e = sub.add_parser("env", allow_abbrev=False, help="show the detected cluster environment of this process")
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.add_argument("--config", help="TOML configuration file (its [dist] section applies)")
@@ -65,6 +67,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+RUN_USAGE = "exatrain run [OPTIONS] [--] SCRIPT.py [ARGS...]  |  exatrain run [OPTIONS] -m MODULE [ARGS...]"
+
+
+def _add_run_command(sub) -> argparse.ArgumentParser:
+    """`run`: an unmodified torch.distributed script, as local workers or as this launcher's rank."""
+    r = sub.add_parser("run", allow_abbrev=False, usage=RUN_USAGE,
+                       help="run your own torch.distributed script (here, or as a rank under srun, mpirun, torchrun)",
+                       description="Outside a launcher: N local workers under torchrun's elastic agent. Under srun, "
+                                   "mpirun or torchrun: set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, "
+                                   "MASTER_ADDR and MASTER_PORT for this rank and replace this process with the script. "
+                                   "Everything after the script (or -m MODULE) is the script's own arguments.")
+    value_options = [
+        r.add_argument("--nproc", type=int, default=None,
+                       help="local workers when started outside a launcher (default: GPUs on this node, else 2)"),
+        r.add_argument("--max-restarts", type=int, default=0,
+                       help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure"),
+        r.add_argument("--profile", help="site profile (name or .toml path): its CPU masks for the affinity check "
+                                         "and its master suffix"),
+        r.add_argument("--master-suffix", help="appended to the derived master host name (JSC: i); default: the "
+                                               "profile's"),
+        r.add_argument("--master-port", type=int, help="rendezvous port (default: MASTER_PORT or one derived from "
+                                                       "the SLURM job and step id)"),
+        r.add_argument("--affinity", choices=["warn", "strict", "off"], default="warn",
+                       help="check this rank's CPU affinity against the cores expected for it (strict: fail)"),
+    ]
+    r.add_argument("--resolve-master", action="store_true", help="resolve the master host name to an IP address")
+    r.value_options = {s for action in value_options for s in action.option_strings}
+    return r
+
+
+def split_run_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``run`` arguments -> (exatrain's own, the target): the target starts at ``--``, at ``-m`` or at the
+    first word that is not an option of ``run`` (or its value); None when there is none."""
+    takes_value = parser.run_parser.value_options
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[:i], argv[i + 1:]
+        if word == "-m" or not word.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 2 if word in takes_value else 1
+    return argv, None
+
+
 def _add_job_commands(sub) -> None:
     """sbatch, cost, submit, status, cancel: SLURM jobs from the [job] section (torch-free paths)."""
     job_help = "TOML configuration file with a [job] section (any --section.key=value overrides it)"
@@ -99,7 +146,12 @@ def _overrides(extra: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; user errors print a message with a HINT and exit 2, without a traceback."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    target = None
+    if argv[:1] == ["run"]:
+        argv, target = split_run_argv(parser, argv)
     args, extra = parser.parse_known_args(argv)
+    args.target = target
     try:
         if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit"):
             extra = _overrides(extra)

@@ -154,7 +154,9 @@ class JobConfig:
     profile: str = doc("generic-nvidia", "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "
                                          "generic-nvidia, generic-amd, cpu) or the path of a profile TOML file.")
     command: tuple[str, ...] = doc(("exatrain", "train"), "What each rank runs; exatrain's trainer also gets the "
-                                                          "run directory and this configuration.")
+                                                          "run directory and this configuration; in srun mode a "
+                                                          "Python script (python train.py ...) runs under `exatrain "
+                                                          "run`, which sets torchrun's variables.")
     signal: str = doc("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); empty = "
                                   "none. Without B: it reaches the ranks, with B: only the batch shell.")
 

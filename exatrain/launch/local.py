@@ -16,6 +16,8 @@ from exatrain.errors import ConfigError
 # reads the dead group's addresses from it (gloo: "connectFullMesh ... Connection refused"). With sharing
 # off, every rendezvous round gets a fresh store hosted by the new rank 0.
 RESTART_SAFE_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# The agent runs in a child process (it imports torch): torchrun's own code, driven by the CLI layer.
+AGENT_MODULE = "exatrain.cli.agent"
 
 
 def check_nproc(nproc: int) -> int:
@@ -33,14 +35,30 @@ def check_max_restarts(max_restarts: int) -> int:
 
 
 def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> list[str]:
-    """The command that runs `python -m <module> <args>` in `nproc` workers on this node.
+    """The command that runs `python -m <module> <args>` in `nproc` workers on this node."""
+    return agent_command(nproc, ["-m", module, *args], max_restarts)
+
+
+def agent_command(nproc: int, target: list[str], max_restarts: int = 0) -> list[str]:
+    """The command that runs ``target`` (torchrun's form: ``SCRIPT ARGS`` or ``-m MODULE ARGS``) in `nproc`
+    workers on this node, under torchrun's agent in `exatrain.cli.agent` (torchrun's own arguments; a failed
+    worker is named and its exit code returned).
 
     `--standalone` gives a private c10d rendezvous on a free local port, so concurrent runs never collide.
     """
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={check_nproc(nproc)}",
-        f"--max-restarts={check_max_restarts(max_restarts)}", "-m", module, *args,
+        sys.executable, "-m", AGENT_MODULE, "--standalone", f"--nproc-per-node={check_nproc(nproc)}",
+        f"--max-restarts={check_max_restarts(max_restarts)}", *target,
     ]
+
+
+def cores_note(nproc: int) -> str | None:
+    """A note when `nproc` workers get less than one of this process's cores each (they still run, slowly)."""
+    cores = len(os.sched_getaffinity(0))
+    if nproc <= cores:
+        return None
+    return (f"{nproc} workers share {cores} CPU core(s) of this process: each gets less than one core, so the "
+            f"run is slow (fine for a smoke test; use --nproc {cores} or fewer to measure anything)")
 
 
 def agent_environment(max_restarts: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -52,6 +70,11 @@ def agent_environment(max_restarts: int, base: dict[str, str] | None = None) -> 
 
 
 def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0) -> int:
-    """Run the workers to completion and return the agent's exit code."""
-    command = torchrun_command(nproc, module, args, max_restarts)
+    """Run `python -m <module> <args>` in the workers to completion and return the agent's exit code."""
+    return launch_target(nproc, ["-m", module, *args], max_restarts)
+
+
+def launch_target(nproc: int, target: list[str], max_restarts: int = 0) -> int:
+    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0 or the failed worker's exit code."""
+    command = agent_command(nproc, target, max_restarts)
     return subprocess.run(command, env=agent_environment(max_restarts)).returncode

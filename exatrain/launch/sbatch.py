@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from exatrain.launch.profiles import SiteProfile
+from exatrain.launch.rank_command import check_interpreter_options, command_kind, wrap_in_exatrain_run
 from exatrain.launch.requeue import EXIT_REQUEUE
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
@@ -63,7 +64,9 @@ def sbatch_flags(spec: JobSpec, profile: SiteProfile, sweep: Sweep | None = None
     values["--ntasks-per-node"] = "1" if torchrun else str(ranks)
     values["--cpus-per-task"] = str(cpus * ranks if torchrun else cpus)
     if profile.gpus_per_node:
-        key = "--gpus-per-task" if profile.visibility == "gpus-per-task" and not torchrun else "--gpus-per-node"
+        # A script wrapped in `exatrain run` picks cuda:LOCAL_RANK, as under torchrun: it must see the node's GPUs.
+        per_task = profile.visibility == "gpus-per-task" and command_kind(list(spec.command)) not in ("python", "wrapped")
+        key = "--gpus-per-task" if per_task and not torchrun else "--gpus-per-node"
         values[key] = "1" if key == "--gpus-per-task" else str(ranks)
         if spec.mem_gb(profile):
             values["--mem-per-gpu"] = f"{spec.mem_gb(profile)}G"
@@ -196,9 +199,15 @@ class _Trainer:
 
 def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     """The rank command as shell text; exatrain's own trainer also learns its config, run directory and
-    the master suffix (array tasks: their run directory and swept values, expanded by the batch shell)."""
+    the master suffix (array tasks: their run directory and swept values, expanded by the batch shell).
+    In srun mode a Python script or module is wrapped in `exatrain run`, which gives it torchrun's variables."""
     cmd = list(spec.command)
-    if not _is_exatrain_train(cmd):
+    kind = command_kind(cmd)
+    if kind == "python" and spec.launch == "srun":
+        return shlex.join(wrap_in_exatrain_run(cmd, spec.profile))
+    if kind == "other" and spec.launch == "srun":
+        check_interpreter_options(cmd)
+    if kind != "trainer":
         return shlex.join(cmd)
     if rank.config_file:
         cmd.append(f"--config={rank.config_file}")
@@ -210,11 +219,6 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
         return shlex.join(cmd)
     swept = [f'--{key}="${{SWEEP_{i}[$SLURM_ARRAY_TASK_ID]}}"' for i, key in enumerate(rank.sweep.keys)]
     return " ".join([shlex.join(cmd), '--run.dir="$RUN_DIR"', *swept])
-
-
-def _is_exatrain_train(cmd: list[str]) -> bool:
-    """``exatrain train`` or ``python -m exatrain.cli.main train`` (any python)."""
-    return cmd[:2] == ["exatrain", "train"] or (cmd[1:4] == ["-m", "exatrain.cli.main", "train"])
 
 
 def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
@@ -229,13 +233,21 @@ exit "$rc"
 """
 
 
+_SRUN_NOTE = {
+    "trainer": "exatrain derives rank, world size, master address (first host of the\n# step's node list) "
+               "and port (from job and step id) from SLURM's variables itself: no exports needed.",
+    "python": "`exatrain run` gives the script torchrun's variables (RANK, LOCAL_RANK,\n# WORLD_SIZE, "
+              "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) from SLURM's, then becomes the script.",
+    "other": "job.command is neither exatrain's trainer nor a Python script: it runs as\n# given, with only "
+             "SLURM's variables (wrap a Python script in `exatrain run` to get RANK, MASTER_ADDR, ...).",
+}
+_SRUN_NOTE["wrapped"] = _SRUN_NOTE["python"]
+
+
 def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     srun = ["srun", f"--ntasks-per-node={spec.ranks_per_node(profile)}", '--cpus-per-task="$SLURM_CPUS_PER_TASK"']
-    lines = [
-        "# Launch: one task per GPU. exatrain derives rank, world size, master address (first host of the",
-        "# step's node list) and port (from job and step id) from SLURM's variables itself: no exports needed.",
-        "# --cpus-per-task is repeated because srun does not inherit it from sbatch (Slurm >= 22.05).",
-    ]
+    lines = ["# Launch: one task per GPU. " + _SRUN_NOTE[command_kind(list(spec.command))],
+             "# --cpus-per-task is repeated because srun does not inherit it from sbatch (Slurm >= 22.05)."]
     if profile.cpu_masks:
         lines.append("# --cpu-bind: local rank i gets the cores closest to GPU i (mask i of the profile).")
         srun.append(f"--cpu-bind=mask_cpu:{','.join(profile.cpu_masks)}")

@@ -1,0 +1,60 @@
+"""torchrun's elastic agent, run in this process by `exatrain.launch.local` (``python -m exatrain.cli.agent
+TORCHRUN_ARGS``): the same arguments and behaviour as ``torchrun``, but a failed worker ends the run with
+one plain message naming its rank, and with that worker's exit code instead of torchrun's traceback and 1.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def failure_exit_code(exitcode: int) -> int:
+    """A worker's exit code as a shell reports it: killed by signal N (torch: -N) becomes 128 + N."""
+    return 128 - exitcode if exitcode < 0 else exitcode or 1
+
+
+def describe_failure(rank: int, failure, others: int) -> str:
+    """One line (plus a HINT) naming the first worker that failed, its exit code or signal."""
+    how = f"exit code {failure.exitcode}"
+    if failure.exitcode < 0:
+        try:
+            how = f"signal {signal.Signals(-failure.exitcode).name}"
+        except ValueError:
+            how = f"signal {-failure.exitcode}"
+    more = f"; {others} other worker(s) ended with it" if others else ""
+    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed with {how}{_reported(failure)}"
+            f"{more}\n"
+            "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
+            "the workers after a failure")
+
+
+def _reported(failure) -> str:
+    """The first line of the error a worker reported in torchrun's error file (scripts whose main is
+    decorated with torch's ``@record``), else nothing."""
+    data = failure.error_file_data or {}
+    message = data.get("message")
+    if message in (None, "<NONE>"):
+        return ""
+    text = str(message.get("message", "") if isinstance(message, dict) else message).strip()
+    return f": {text.splitlines()[0]}" if text else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the workers to completion; 0, or the first failed worker's exit code."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    try:
+        run(parse_args(sys.argv[1:] if argv is None else argv))
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        print(f"exatrain: error: {describe_failure(rank, failure, len(e.failures) - 1)}", file=sys.stderr, flush=True)
+        return failure_exit_code(failure.exitcode)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""What a ``[job] command`` runs, and how a Python script is wrapped in `exatrain run` for srun mode.
+
+Never imports torch; reads nothing from the environment (the command is data from the job spec).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePosixPath
+
+from exatrain.errors import ConfigError
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def command_kind(cmd: list[str]) -> str:
+    """What a ``[job] command`` runs: ``trainer`` (exatrain's own, however spelled: ``exatrain train``,
+    ``.venv/bin/exatrain train``, ``python -m exatrain.cli.main train``), ``wrapped`` (already ``exatrain
+    run``), ``python`` (``[python[3]] [-u] SCRIPT.py|-m MODULE ...``) or ``other``."""
+    sub = _exatrain_subcommand(cmd)
+    if sub in ("train", "run"):
+        return "trainer" if sub == "train" else "wrapped"
+    return "python" if _python_target(cmd) is not None else "other"
+
+
+def _exatrain_subcommand(cmd: list[str]) -> str | None:
+    if cmd and PurePosixPath(cmd[0]).name == "exatrain" and len(cmd) > 1:
+        return cmd[1]
+    if cmd[1:3] == ["-m", "exatrain.cli.main"] and len(cmd) > 3:
+        return cmd[3]
+    return None
+
+
+def _python_target(cmd: list[str]) -> list[str] | None:
+    """``SCRIPT.py ARGS`` or ``-m MODULE ARGS`` of a Python command (interpreter and ``-u`` dropped), else None."""
+    if cmd and cmd[0].endswith(".py"):
+        return cmd
+    if not cmd or not _PYTHON.fullmatch(PurePosixPath(cmd[0]).name):
+        return None
+    rest = cmd[1:]
+    while rest[:1] == ["-u"]:  # exatrain run starts the script unbuffered (-u), as torchrun does
+        rest = rest[1:]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return rest
+    return rest if rest and rest[0].endswith(".py") else None
+
+
+def check_interpreter_options(cmd: list[str]) -> None:
+    """A Python command with interpreter options would get no rank variables in srun mode: say so."""
+    if cmd and _PYTHON.fullmatch(PurePosixPath(cmd[0]).name) and cmd[1:2] and cmd[1].startswith("-"):
+        raise ConfigError(f"job.command {shlex.join(cmd)!r}: srun mode wraps Python scripts in `exatrain run` "
+                          f"(for RANK, MASTER_ADDR, ...), which does not pass on interpreter options such as {cmd[1]!r}",
+                          'write ["python", "train.py", ...] or ["python", "-m", "pkg.train", ...] (-u is fine); set '
+                          "interpreter settings through [job.env] (e.g. PYTHONWARNINGS)")
+
+
+def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:
+    """``python train.py ARGS`` -> ``python -m exatrain.cli.main run --profile=P -- train.py ARGS`` (the same
+    interpreter: the one the user named, with exatrain installed); a bare ``train.py`` runs under ``exatrain``."""
+    target = _python_target(cmd)
+    head = ["exatrain"] if cmd[0].endswith(".py") else [cmd[0], "-m", "exatrain.cli.main"]
+    return [*head, "run", f"--profile={profile}", *(target if target[0] == "-m" else ["--", *target])]

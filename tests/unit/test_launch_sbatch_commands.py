@@ -1,0 +1,123 @@
+"""sbatch rendering of `[job] command`s: exatrain's trainer however it is spelled, a user's Python script
+(wrapped in `exatrain run` in srun mode, left to torchrun in torchrun mode) and other programs.
+
+Golden files of a script job live in tests/unit/golden/script/<profile>-<mode>.sbatch; regenerate them
+after an intended change with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_sbatch_commands.py``
+and review the diff before committing.
+"""
+
+import dataclasses
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from exatrain.errors import ConfigError
+from exatrain.launch import JobSpec, load_profile, render_sbatch
+
+GOLDEN = Path(__file__).with_name("golden") / "script"
+SCRIPT_JOB = JobSpec(nodes=2, time="00:20:00", account="project_465000123", name="ddp",
+                     command=("python", "examples/torchrun_ddp/train.py", "--epochs", "3"))
+
+
+def _launch_line(spec, profile="juwels-booster", config=("runs/x.toml", "[train]\n")):
+    """The words of the rendered script's last launch line (the rank command and what precedes it there)."""
+    text = render_sbatch(dataclasses.replace(spec, profile=profile), load_profile(profile), "runs/x", config)
+    line = next(l for l in reversed(text.splitlines()) if l.endswith("|| rc=$?"))
+    return shlex.split(line.removesuffix(" || rc=$?")), text
+
+
+@pytest.mark.parametrize("mode", ["srun", "torchrun"])
+@pytest.mark.parametrize("profile", ["lumi-g", "juwels-booster", "generic-nvidia"])
+def test_golden_script_job(profile, mode):
+    spec = dataclasses.replace(SCRIPT_JOB, launch=mode, profile=profile)
+    text = render_sbatch(spec, load_profile(profile), "runs/ddp")
+    path = GOLDEN / f"{profile}-{mode}.sbatch"
+    if os.environ.get("EXATRAIN_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"missing {path}: run with EXATRAIN_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("command", [
+    ["exatrain", "train"], [".venv/bin/exatrain", "train"], ["/opt/venv/bin/exatrain", "train", "--train.steps=5"],
+    ["python3", "-m", "exatrain.cli.main", "train"], ["/usr/bin/python3.11", "-m", "exatrain.cli.main", "train"],
+])
+def test_trainer_is_recognised_however_spelled(command):
+    """The trainer keeps its own words and gets --config, --run.dir and JSC's master suffix, whatever
+    the path or interpreter it is started with (`.venv/bin/exatrain train` used to lose all three)."""
+    words, _ = _launch_line(JobSpec(nodes=2, command=tuple(command)))
+    assert words[-len(command) - 3:] == [*command, "--config=runs/x.toml", "--run.dir=runs/x", "--dist.master_suffix=i"]
+
+
+@pytest.mark.parametrize("command, target", [
+    (["python", "train.py", "--lr", "3e-4"], ["--", "train.py", "--lr", "3e-4"]),
+    (["python3", "-u", "train.py"], ["--", "train.py"]),
+    (["/opt/conda/bin/python3.11", "-m", "pkg.train", "--x"], ["-m", "pkg.train", "--x"]),
+])
+def test_python_command_is_wrapped_in_exatrain_run_in_srun_mode(command, target):
+    """The same interpreter runs `exatrain run` with the profile (its master suffix and CPU masks); the
+    script's own arguments stay after it; nothing is appended for exatrain's trainer."""
+    words, text = _launch_line(JobSpec(nodes=2, command=tuple(command)))
+    assert words[-len(target) - 5:] == [command[0], "-m", "exatrain.cli.main", "run", "--profile=juwels-booster",
+                                        *target]
+    assert "--config=" not in " ".join(words)
+    assert "`exatrain run` gives the script torchrun's variables" in text
+
+
+def test_bare_script_is_wrapped_with_the_exatrain_command():
+    words, _ = _launch_line(JobSpec(nodes=1, command=("train.py", "--epochs", "1")))
+    assert words[-7:] == ["exatrain", "run", "--profile=juwels-booster", "--", "train.py", "--epochs", "1"]
+
+
+def test_python_command_is_left_to_torchrun_in_torchrun_mode():
+    words, text = _launch_line(JobSpec(nodes=2, launch="torchrun", command=("python", "train.py", "--lr", "1")))
+    assert words == ["python", "train.py", "--lr", "1"] and "--no-python \\\n    python train.py" in text
+
+
+def test_wrapped_script_sees_all_gpus_of_its_node():
+    """A profile that binds one GPU per task would make cuda:LOCAL_RANK invalid for LOCAL_RANK > 0: a wrapped
+    script gets --gpus-per-node instead; exatrain's trainer keeps the profile's --gpus-per-task."""
+    script = render_sbatch(dataclasses.replace(SCRIPT_JOB, profile="generic-nvidia"), load_profile("generic-nvidia"), "r")
+    trainer = render_sbatch(JobSpec(nodes=2), load_profile("generic-nvidia"), "r")
+    own = render_sbatch(JobSpec(nodes=2, command=("exatrain", "run", "t.py")), load_profile("generic-nvidia"), "r")
+    assert "#SBATCH --gpus-per-node=4" in script and "--gpus-per-task" not in script
+    assert "#SBATCH --gpus-per-node=4" in own  # the user's own `exatrain run` too
+    assert "#SBATCH --gpus-per-task=1" in trainer
+
+
+@pytest.mark.parametrize("command", [["sleep", "300"], ["bash", "run.sh"], ["exatrain", "run", "train.py"]])
+def test_other_commands_run_as_given(command):
+    words, text = _launch_line(JobSpec(nodes=1, command=tuple(command)))
+    assert words[-len(command):] == command and words.count("run") == command.count("run")
+    if command[0] != "exatrain":
+        assert "runs as\n# given, with only SLURM's variables" in text
+
+
+def test_interpreter_options_are_refused_in_srun_mode():
+    with pytest.raises(ConfigError, match="interpreter options such as '-X'") as exc:
+        _launch_line(JobSpec(nodes=1, command=("python", "-X", "dev", "train.py")))
+    assert "HINT:" in str(exc.value)
+    words, _ = _launch_line(JobSpec(nodes=1, launch="torchrun", command=("python", "-X", "dev", "train.py")))
+    assert words[-4:] == ["python", "-X", "dev", "train.py"]  # torchrun starts it as written
+
+
+@pytest.mark.parametrize("name, profile", [("lumi-g", "lumi-g"), ("juwels-booster", "juwels-booster")])
+def test_example_job_files_render(name, profile):
+    """examples/torchrun_ddp's job files: the bundled profile, the script wrapped in `exatrain run` (srun mode)
+    and in torchrun with --job.launch=torchrun; both scripts are valid bash."""
+    from exatrain.config import load_config
+    from exatrain.launch.submit import prepare
+
+    path = Path(__file__).parents[2] / "examples" / "torchrun_ddp" / f"{name}.toml"
+    srun = prepare(load_config(str(path), [])).script
+    torchrun = prepare(load_config(str(path), ["--job.launch=torchrun"])).script
+    assert f"# Generated by exatrain: profile {profile}, launch mode srun." in srun
+    assert f"python -m exatrain.cli.main run --profile={profile} -- examples/torchrun_ddp/train.py" in srun
+    assert "--no-python \\\n    python examples/torchrun_ddp/train.py" in torchrun
+    for text in (srun, torchrun):
+        assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
