@@ -2,6 +2,7 @@
 # Install exatrain (editable) into ./.venv, creating it if needed.
 #   bash scripts/install.sh          # the package
 #   bash scripts/install.sh test     # plus what the tests need (Python side)
+#   bash scripts/install.sh deepspeed  # plus DeepSpeed (extras combine: test,deepspeed)
 # torch: if the venv cannot import torch yet, installs $TORCH_SPEC (default torch==2.13.0, the CPU wheel
 # cached on the project's machines). On a cluster, build the venv on top of your site's torch instead
 # (python3 -m venv --system-site-packages .venv) and this script keeps it.

@@ -10,5 +10,5 @@ if [ -n "$missing" ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-bash scripts/install.sh test
+bash scripts/install.sh test,deepspeed
 exec .venv/bin/python -m pytest "$@"
