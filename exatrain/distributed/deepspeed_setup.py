@@ -39,6 +39,14 @@ def import_deepspeed(device: str = "auto"):
     return deepspeed
 
 
+def attach_deepspeed(deepspeed, backend: str, timeout_s: float = 300.0, shm_comm: bool = False) -> None:
+    """`deepspeed.init_distributed` on the process group that already exists (exatrain's), never a new one."""
+    if not shm_comm:
+        deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # DeepSpeed documents this dict as editable
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                               timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
     """`exatrain.init(**init_kwargs)`, then `deepspeed.init_distributed` on the group exatrain joined.
 
@@ -52,10 +60,7 @@ def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
     try:
         if ctx.backend is None:
             _group_of_one(ctx, init_kwargs.get("timeout_s", 300.0))
-        if not shm_comm:
-            deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # DeepSpeed documents this dict as editable
-        deepspeed.init_distributed(dist_backend=ctx.backend or "gloo", auto_mpi_discovery=False,
-                                   timeout=datetime.timedelta(seconds=init_kwargs.get("timeout_s", 300.0)))
+        attach_deepspeed(deepspeed, ctx.backend, init_kwargs.get("timeout_s", 300.0), shm_comm)
     except BaseException:
         ctx._abort()
         raise
@@ -63,12 +68,18 @@ def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
 
 
 def _group_of_one(ctx: Context, timeout_s: float) -> None:
-    """A one-rank gloo group on an in-process store (no port, no rendezvous)."""
-    backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+    backend = group_of_one(ctx.device, timeout_s)
+    ctx.dist = type(ctx.dist)(env=ctx.dist.env, device=ctx.device, backend=backend)
+
+
+def group_of_one(device: torch.device, timeout_s: float = 300.0) -> str:
+    """A one-rank process group on an in-process store (no port, no rendezvous), for libraries that need a
+    group even in a single process; returns its backend."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    ctx.dist = type(ctx.dist)(env=ctx.dist.env, device=ctx.device, backend=backend)
     # DeepSpeed's engine reads its local rank from the environment, as its launcher would have set it
     for name in ("RANK", "LOCAL_RANK"):
         os.environ.setdefault(name, "0")
     os.environ.setdefault("WORLD_SIZE", "1")
+    return backend

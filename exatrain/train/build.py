@@ -12,6 +12,7 @@ import torch
 
 from exatrain.checkpoint import load_model_file
 from exatrain.config import Config
+from exatrain.config.checks import check_choice
 from exatrain.distributed import DistContext, seed_everything
 from exatrain.distributed.parallelize import load_full_state_dict
 from exatrain.models.transformer import TransformerLM
@@ -40,9 +41,22 @@ def build_data_parallel_model(cfg: Config, dims, device: torch.device, vocab_siz
     return model
 
 
+ENGINES = ("torch", "deepspeed")
+
+
+def uses_bf16(precision: str, device: torch.device) -> bool:
+    """train.precision: auto is bf16 on GPUs and fp32 on CPUs."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
 def build_engine(cfg: Config, dims, ctx: DistContext, vocab_size: int, autocast):
     """The engine for this layout, with its model(s) built and initialised."""
     reference = reference_model(cfg, vocab_size)
+    check_choice("engine.name", cfg.engine.name, ENGINES)
+    if cfg.engine.name == "deepspeed":
+        from exatrain.train.deepspeed_engine import DeepSpeedEngine  # imports deepspeed: only when asked for
+
+        return DeepSpeedEngine(cfg, dims, ctx, reference, bf16=uses_bf16(cfg.train.precision, ctx.device))
     full_state, num_params = reference.state_dict(), reference.num_params()
     if dims.pp_enabled:
         return build_pipeline_engine(cfg, dims, ctx.device, vocab_size, full_state, num_params, autocast)

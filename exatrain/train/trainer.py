@@ -46,8 +46,11 @@ class Trainer:
         self.model = self.engine.model_parts[0]
         # ranks of one data-parallel replica (TP, PP) draw the same dropout masks; replicas differ
         seed_everything(rank_seed(cfg.train.seed, self.dp_rank))
-        self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
-        self.scheduler = build_scheduler(self.optimizer, cfg.train)
+        if getattr(self.engine, "steps_optimizer", False):  # DeepSpeed: its engine owns optimizer and schedule
+            self.optimizer, self.scheduler = self.engine.optimizer, self.engine.scheduler
+        else:
+            self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
+            self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.step, self.tokens_seen, self.best_eval = 0, 0, math.inf
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
         resume = self._init_checkpoints()
@@ -72,6 +75,8 @@ class Trainer:
     def _init_checkpoints(self):
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
+        if getattr(self.engine, "steps_optimizer", False):
+            return self._init_engine_checkpoints()
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", c.interval, c.keep, c.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
                                    self._restore_progress, to_toml(self.cfg), self.ctx.rank, self.ctx.device,
@@ -82,6 +87,19 @@ class Trainer:
             self.checkpoints.load(resume, self.state)
             if not self.state.rng.restored:  # saved under another layout: reseed deterministically
                 seed_everything(rank_seed(self.cfg.train.seed, self.dp_rank) + self.step)
+        return resume
+
+    def _init_engine_checkpoints(self):
+        """DeepSpeed's own save/load in the same run layout (train/deepspeed_checkpoint.py)."""
+        from exatrain.train.deepspeed_checkpoint import DeepSpeedCheckpoints
+
+        c = self.cfg.checkpoint
+        self.checkpoints = DeepSpeedCheckpoints(self.run_dir / "checkpoints", c.interval, c.keep, self.engine,
+                                                self._progress_state, self._restore_progress, self.ctx.world_size)
+        self.state = None
+        resume = self.checkpoints.start(c.resume or ("auto" if self.ctx.env.restart_count else ""))
+        if resume is not None:
+            self.checkpoints.load(resume)
         return resume
 
     def _progress_state(self) -> dict:
@@ -103,6 +121,9 @@ class Trainer:
         The engine accumulates gradients and synchronises them once per step (after the last micro-batch).
         """
         loss = self.engine.train_step(micro_batches)
+        if getattr(self.engine, "steps_optimizer", False):
+            self.grad_norm = self.engine.grad_norm if self.cfg.train.grad_clip > 0 else None
+            return loss
         if self.cfg.train.grad_clip > 0:
             params = [p for part in self.engine.model_parts for p in part.parameters()]
             self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
