@@ -27,5 +27,5 @@ if ! ls "$CACHE"/horovod-*.whl >/dev/null 2>&1; then
   rm -rf "$CACHE" && mv "$work/cache" "$CACHE"   # the cache appears complete or not at all
 fi
 .venv/bin/pip install -q --disable-pip-version-check --no-deps "$CACHE"/horovod-*.whl
-.venv/bin/pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging
-echo "build_horovod: $($PY -c 'import horovod.torch as hvd; print("horovod", hvd.__version__ if hasattr(hvd, "__version__") else "")') installed (gloo: $($PY -c 'import horovod.torch as hvd; print(hvd.gloo_built())'))"
+.venv/bin/pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi
+echo "build_horovod: $($PY -c 'import horovod.torch as hvd; import horovod; print("horovod", horovod.__version__)') installed (gloo: $($PY -c 'import horovod.torch as hvd; print(hvd.gloo_built())'))"

@@ -52,13 +52,15 @@ def generated_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
     }
 
 
-def deepspeed_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
-    """The generated config, merged with `engine.deepspeed_config` (if set) after checking it."""
-    config = generated_config(cfg, dp_size, bf16)
+def deepspeed_config(cfg: Config, dp_size: int, bf16: bool | None) -> dict:
+    """The generated config, merged with `engine.deepspeed_config` (if set) after checking it.
+
+    `bf16=None` (precision not known yet: auto before the device is) checks every key but the precision."""
+    config = generated_config(cfg, dp_size, bool(bf16))
     if not cfg.engine.deepspeed_config:
         return config
     user = read_user_config(cfg.engine.deepspeed_config)
-    check_user_config(user, config, cfg.engine.deepspeed_config)
+    check_user_config(user, config, cfg.engine.deepspeed_config, check_precision=bf16 is not None)
     return merge(config, user)
 
 
@@ -77,12 +79,14 @@ def read_user_config(path: str) -> dict:
     return data
 
 
-def check_user_config(user: dict, generated: dict, source: str) -> None:
+def check_user_config(user: dict, generated: dict, source: str, check_precision: bool = True) -> None:
     """Refuse keys of the user's JSON that contradict exatrain's settings, naming each and the exatrain key to use.
 
     DeepSpeed's "auto" is accepted for owned keys (it means "whatever the trainer decides")."""
     problems = [f"{key} (exatrain's optimizer and schedule come from {keys})" for key, keys in FORBIDDEN.items() if key in user]
     for dotted, owner in OWNED.items():
+        if not check_precision and dotted in ("bf16.enabled", "fp16.enabled"):
+            continue
         found, value = _lookup(user, dotted)
         _, expected = _lookup(generated, dotted)
         if found and value != "auto" and value != expected:

@@ -12,7 +12,6 @@ import torch
 
 from exatrain.checkpoint import load_model_file
 from exatrain.config import Config
-from exatrain.config.checks import check_choice
 from exatrain.distributed import DistContext, seed_everything
 from exatrain.distributed.parallelize import load_full_state_dict
 from exatrain.models.transformer import TransformerLM
@@ -41,9 +40,6 @@ def build_data_parallel_model(cfg: Config, dims, device: torch.device, vocab_siz
     return model
 
 
-ENGINES = ("torch", "deepspeed")
-
-
 def uses_bf16(precision: str, device: torch.device) -> bool:
     """train.precision: auto is bf16 on GPUs and fp32 on CPUs."""
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
@@ -52,7 +48,6 @@ def uses_bf16(precision: str, device: torch.device) -> bool:
 def build_engine(cfg: Config, dims, ctx: DistContext, vocab_size: int, autocast):
     """The engine for this layout, with its model(s) built and initialised."""
     reference = reference_model(cfg, vocab_size)
-    check_choice("engine.name", cfg.engine.name, ENGINES)
     if cfg.engine.name == "deepspeed":
         from exatrain.train.deepspeed_engine import DeepSpeedEngine  # imports deepspeed: only when asked for
 

@@ -18,16 +18,8 @@ from exatrain.config import Config
 from exatrain.config.deepspeed import deepspeed_config
 from exatrain.distributed import DistContext
 from exatrain.distributed.deepspeed_setup import attach_deepspeed, group_of_one, import_deepspeed
-from exatrain.errors import ConfigError
 from exatrain.train.engine import Engine
 from exatrain.train.optim import build_optimizer, build_scheduler
-
-
-def check_layout(cfg: Config, dims) -> None:
-    """DeepSpeed ZeRO replaces exatrain's data-parallel layouts: only plain data parallelism is allowed."""
-    if dims.tp_enabled or dims.pp_enabled or dims.dp_shard > 1:
-        raise ConfigError(f"engine.name={cfg.engine.name} shards by itself, but [parallel] asks for {dims.describe()}",
-                          "drop parallel.tp / parallel.pp / parallel.dp_shard (ZeRO's stage is engine.zero_stage)")
 
 
 class DeepSpeedEngine(Engine):
@@ -36,7 +28,6 @@ class DeepSpeedEngine(Engine):
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
 
     def __init__(self, cfg: Config, dims, ctx: DistContext, reference: torch.nn.Module, bf16: bool):
-        check_layout(cfg, dims)
         deepspeed = import_deepspeed(ctx.device.type)
         if not dist.is_initialized():
             group_of_one(ctx.device, cfg.dist.timeout_s)
