@@ -52,6 +52,11 @@ def build_engine(cfg: Config, dims, ctx: DistContext, vocab_size: int, autocast)
         from exatrain.train.deepspeed_engine import DeepSpeedEngine  # imports deepspeed: only when asked for
 
         return DeepSpeedEngine(cfg, dims, ctx, reference, bf16=uses_bf16(cfg.train.precision, ctx.device))
+    if cfg.engine.name == "horovod":
+        from exatrain.train.horovod_engine import HorovodEngine  # imports horovod: only when asked for
+
+        accumulation = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp)
+        return HorovodEngine(cfg, ctx, reference, accumulation, autocast)
     full_state, num_params = reference.state_dict(), reference.num_params()
     if dims.pp_enabled:
         return build_pipeline_engine(cfg, dims, ctx.device, vocab_size, full_state, num_params, autocast)

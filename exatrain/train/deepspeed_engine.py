@@ -26,6 +26,7 @@ class DeepSpeedEngine(Engine):
     """One model per rank inside a DeepSpeed engine; `train_step` also steps the optimizer and schedule."""
 
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
+    owns_checkpoints = True  # DeepSpeed's own save/load (train/deepspeed_checkpoint.py)
 
     def __init__(self, cfg: Config, dims, ctx: DistContext, reference: torch.nn.Module, bf16: bool):
         deepspeed = import_deepspeed(ctx.device.type)

@@ -50,7 +50,7 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
     return dims
 
 
-ENGINES = ("torch", "deepspeed")
+ENGINES = ("torch", "deepspeed", "horovod")
 
 
 def _check_engine(cfg: Config, dims: ParallelDims) -> None:

@@ -75,7 +75,7 @@ class Trainer:
     def _init_checkpoints(self):
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
-        if getattr(self.engine, "steps_optimizer", False):
+        if getattr(self.engine, "owns_checkpoints", False):
             return self._init_engine_checkpoints()
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", c.interval, c.keep, c.async_save)
         self.state = TrainingState(self.model, self.optimizer, self.scheduler, self._progress_state,
