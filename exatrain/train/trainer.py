@@ -253,12 +253,20 @@ class Trainer:
             self.progress.line(_summary_line(summary))
         return summary
 
+    def _layout_name(self) -> str:
+        e = self.cfg.engine
+        if e.name == "deepspeed":
+            return f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s)"
+        if e.name == "horovod":
+            return f"Horovod over {self.dp_size} rank(s)"
+        return self.dims.describe()
+
     def _banner(self) -> str:
         c, t = self.cfg, self.cfg.train
         return (f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
                 f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
                 f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
-                f"layout {self.dims.describe()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
+                f"layout {self._layout_name()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
                 f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}")
 
 
