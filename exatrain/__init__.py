@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 #: public name -> the module (in its layer) that defines it
 _EXPORTS = {
     "init": "exatrain.distributed.context",
+    "init_deepspeed": "exatrain.distributed.deepspeed_setup",
     "Context": "exatrain.distributed.context",
     "parallelize": "exatrain.distributed.wrap",
     "full_state_dict": "exatrain.distributed.state_dict",

@@ -3,12 +3,20 @@
 #   bash scripts/install.sh          # the package
 #   bash scripts/install.sh test     # plus what the tests need (Python side)
 #   bash scripts/install.sh test,examples   # plus the examples' packages (torchvision, transformers)
+#   bash scripts/install.sh deepspeed  # plus DeepSpeed (extras combine: test,deepspeed,horovod)
+#   bash scripts/install.sh horovod    # plus Horovod 0.28.1 built for this torch (scripts/build_horovod.sh:
+#                                      # ~8 min on 2 cores the first time, then a cached wheel)
 # torch: if the venv cannot import torch yet, installs $TORCH_SPEC (default torch==2.13.0, the CPU wheel
 # cached on the project's machines). On a cluster, build the venv on top of your site's torch instead
 # (python3 -m venv --system-site-packages .venv) and this script keeps it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EXTRA=${1:-}
+HOROVOD=0
+if [[ ",$EXTRA," == *",horovod,"* ]]; then  # not a pip extra: built from source by build_horovod.sh
+  HOROVOD=1
+  EXTRA=$(echo ",$EXTRA," | sed 's/,horovod,/,/; s/^,//; s/,$//')
+fi
 PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
@@ -53,4 +61,5 @@ if [[ ",$EXTRA," == *",examples,"* ]]; then
     .venv/bin/python -c "import torchvision"
   fi
 fi
+if [ "$HOROVOD" = 1 ]; then bash scripts/build_horovod.sh; fi
 echo "install: done ($(.venv/bin/exatrain --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

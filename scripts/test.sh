@@ -11,5 +11,6 @@ if [ -n "$missing" ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-bash scripts/install.sh test,examples
+# horovod: built once per machine (~8 min on 2 cores), then installed from the cached wheel
+bash scripts/install.sh test,examples,deepspeed,horovod
 exec .venv/bin/python -m pytest "$@"

@@ -30,15 +30,18 @@ class Checkpointer:
     def __init__(self, run_dir, ctx, model, optimizer=None, scheduler=None, loader=None, extra: dict | None = None,
                  interval: int = 0, keep: int = 3, async_save: bool = False, signals: str = "USR2,TERM",
                  *, last_step: int | None = None, config: str = "", exit_on_signal: bool = True, log=print0,
-                 restart_hint: str = "run again to resume from this checkpoint"):
+                 restart_hint: str = "run again to resume from this checkpoint", manager=None):
         self.ctx, self.loader, self.interval, self.last_step = ctx, loader, interval, last_step
         self.exit_on_signal, self.log, self.restart_hint = exit_on_signal, log, restart_hint
         self.preempted: dict | None = None  # after a pre-timeout signal: step, checkpoint, requeued, exit_code
         self.extra = extra if extra is not None else {}  # the caller's dict, restored in place
         self.run_dir = Path(run_dir)
         self.step_count = 0
-        self.manager = CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save,
-                                         on_commit=lambda path: self.log(f"checkpoint {path} committed"))
+        # `manager`: a factory (get_progress, set_progress) -> an object with CheckpointManager's methods,
+        # for engines that write their own format (DeepSpeed); default: exatrain's DCP checkpoints
+        self.manager = (manager(self._progress, self._restore) if manager is not None else
+                        CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save))
+        self.manager.on_commit = lambda path: self.log(f"checkpoint {path} committed")
         plain = model.module if isinstance(model, DistributedDataParallel) else model
         self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, config, ctx.rank,
                                    ctx.device, layout=ctx.dims.describe())

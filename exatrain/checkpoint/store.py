@@ -33,9 +33,13 @@ def partial_dir(root: Path, step: int) -> Path:
     return root / f".step-{step}.partial"
 
 
+#: the file every checkpoint format writes last: DCP's metadata, DeepSpeed's `latest` tag file
+FORMAT_FILES = (".metadata", "latest")
+
+
 def is_complete(path: Path) -> bool:
     """A checkpoint folder is usable only once its commit marker exists."""
-    return (path / MARKER).is_file() and (path / ".metadata").is_file()
+    return (path / MARKER).is_file() and any((path / f).is_file() for f in FORMAT_FILES)
 
 
 def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:

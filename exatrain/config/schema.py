@@ -114,6 +114,18 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    """Which library runs the data-parallel step: torch's own (DDP/FSDP/TP/PP by [parallel]), DeepSpeed ZeRO
+    or Horovod. DeepSpeed and Horovod take batch sizes, accumulation, clipping and precision from [train]."""
+
+    name: str = doc("torch", "torch (layouts of [parallel]), deepspeed (ZeRO, needs the deepspeed extra) or horovod "
+                             "(needs scripts/install.sh horovod).")
+    zero_stage: int = doc(1, "deepspeed: ZeRO stage 1 (optimizer state sharded), 2 (+ gradients) or 3 (+ parameters).")
+    deepspeed_config: str = doc("", "deepspeed: a DeepSpeed JSON file merged into the generated config (its keys win, "
+                                    "except those that contradict [train] or zero_stage: an error names them).")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     """Sharded checkpoints of the whole training state (RUN_DIR/checkpoints/step-N)."""
 
@@ -194,6 +206,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)

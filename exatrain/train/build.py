@@ -49,9 +49,23 @@ def build_data_parallel_model(cfg: Config, ctx, model: TransformerLM) -> torch.n
         reshard_after_forward=p.fsdp_reshard_after_forward)
 
 
+def uses_bf16(precision: str, device: torch.device) -> bool:
+    """train.precision: auto is bf16 on GPUs and fp32 on CPUs."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
 def build_engine(cfg: Config, dims, ctx, vocab_size: int, autocast):
     """The engine for this layout, with its model(s) built and initialised."""
     reference = reference_model(cfg, vocab_size)
+    if cfg.engine.name == "deepspeed":
+        from exatrain.train.deepspeed_engine import DeepSpeedEngine  # imports deepspeed: only when asked for
+
+        return DeepSpeedEngine(cfg, dims, ctx, reference, bf16=uses_bf16(cfg.train.precision, ctx.device))
+    if cfg.engine.name == "horovod":
+        from exatrain.train.horovod_engine import HorovodEngine  # imports horovod: only when asked for
+
+        accumulation = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp)
+        return HorovodEngine(cfg, ctx, reference, accumulation, autocast)
     num_params = reference.num_params()
     if dims.pp_enabled:
         return build_pipeline_engine(cfg, dims, ctx.device, vocab_size, reference.state_dict(), num_params, autocast)

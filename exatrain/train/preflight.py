@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from exatrain.config import Config
 from exatrain.config.checks import check_choice
+from exatrain.config.deepspeed import deepspeed_config
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
@@ -41,11 +42,28 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
     if not 0.0 <= cfg.model.dropout < 1.0:
         raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
     dims.check(cfg.parallel, shape, t.micro_batch_size)
+    _check_engine(cfg, dims)
     if dims.tp_enabled and cfg.parallel.sequence_parallel and d.seq_len % dims.tp:
         raise ConfigError(f"parallel.sequence_parallel splits each window along the sequence, but data.seq_len="
                           f"{d.seq_len} is not divisible by parallel.tp={dims.tp}",
                           f"use a data.seq_len that is a multiple of {dims.tp}, e.g. --data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}")
     return dims
+
+
+ENGINES = ("torch", "deepspeed", "horovod")
+
+
+def _check_engine(cfg: Config, dims: ParallelDims) -> None:
+    """engine.name, and for DeepSpeed its layout and DeepSpeed JSON (a user's file is read and checked now)."""
+    check_choice("engine.name", cfg.engine.name, ENGINES)
+    if cfg.engine.name == "torch":
+        return
+    if dims.tp_enabled or dims.pp_enabled or dims.dp_shard > 1:
+        raise ConfigError(f"engine.name={cfg.engine.name} shards by itself, but [parallel] asks for {dims.describe()}",
+                          "drop parallel.tp / parallel.pp / parallel.dp_shard (ZeRO's stage is engine.zero_stage)")
+    if cfg.engine.name == "deepspeed":
+        bf16 = True if cfg.train.precision == "bf16" else False if cfg.train.precision == "fp32" else None
+        deepspeed_config(cfg, dims.dp, bf16)
 
 
 def _positive(key: str, value: int) -> None:

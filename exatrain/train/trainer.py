@@ -57,8 +57,11 @@ class Trainer:
         self.model = self.engine.model_parts[0]
         # ranks of one data-parallel replica (TP, PP) draw the same dropout masks; replicas differ
         seed_everything(rank_seed(cfg.train.seed, self.dp_rank))
-        self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
-        self.scheduler = build_scheduler(self.optimizer, cfg.train)
+        if getattr(self.engine, "steps_optimizer", False):  # DeepSpeed: its engine owns optimizer and schedule
+            self.optimizer, self.scheduler = self.engine.optimizer, self.engine.scheduler
+        else:
+            self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
+            self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.step = 0
         self.progress_values = {"tokens_seen": 0, "best_eval": math.inf}  # checkpointed with the step
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
@@ -93,7 +96,8 @@ class Trainer:
             self.run_dir, self.ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
             loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
             async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
-            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
+            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto",
+            manager=self._engine_checkpoints() if getattr(self.engine, "owns_checkpoints", False) else None)
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         which = c.resume or ("auto" if self.ctx.env.restart_count else "")
         newest = latest(self.checkpoints.root)
@@ -113,6 +117,15 @@ class Trainer:
     tokens_seen = property(lambda self: self.progress_values["tokens_seen"])
     best_eval = property(lambda self: self.progress_values["best_eval"])
 
+    def _engine_checkpoints(self):
+        """DeepSpeed's own save/load in the same run layout (train/deepspeed_checkpoint.py), as the
+        Checkpointer's manager."""
+        from exatrain.train.deepspeed_checkpoint import DeepSpeedCheckpoints
+
+        c = self.cfg.checkpoint
+        return lambda get, restore: DeepSpeedCheckpoints(self.run_dir / "checkpoints", c.interval, c.keep, self.engine,
+                                                         get, restore, self.ctx.world_size)
+
     def _autocast(self):
         enabled = self.dtype is not None
         return torch.autocast(self.ctx.device.type, dtype=self.dtype or torch.float32, enabled=enabled)
@@ -127,7 +140,11 @@ class Trainer:
         return loss
 
     def _optimizer_step(self) -> None:
-        """Clip the gradients (if set), step the optimizer and the schedule, clear the gradients."""
+        """Clip the gradients (if set), step the optimizer and the schedule, clear the gradients (DeepSpeed's
+        engine did all of that in its train_step)."""
+        if getattr(self.engine, "steps_optimizer", False):
+            self.grad_norm = self.engine.grad_norm if self.cfg.train.grad_clip > 0 else None
+            return
         if self.cfg.train.grad_clip > 0:
             params = [p for part in self.engine.model_parts for p in part.parameters()]
             self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
@@ -284,12 +301,20 @@ class Trainer:
             self.progress.line(_summary_line(summary))
         return summary
 
+    def _layout_name(self) -> str:
+        e = self.cfg.engine
+        if e.name == "deepspeed":
+            return f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s)"
+        if e.name == "horovod":
+            return f"Horovod over {self.dp_size} rank(s)"
+        return self.dims.describe()
+
     def _banner(self) -> str:
         c, t = self.cfg, self.cfg.train
         return (f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
                 f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
                 f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
-                f"layout {self.dims.describe()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
+                f"layout {self._layout_name()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
                 f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}")
 
 

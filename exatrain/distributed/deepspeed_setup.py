@@ -1,0 +1,85 @@
+"""DeepSpeed on exatrain's launch path: the process group exatrain set up, handed to DeepSpeed.
+
+DeepSpeed's own launcher (`deepspeed`, pdsh/ssh between nodes) is never used: exatrain detects the
+environment (srun, mpirun, torchrun, `exatrain run`, a plain process), joins the process group, and
+`deepspeed.init_distributed` wraps that existing group. Everything DeepSpeed does afterwards
+(`deepspeed.initialize`, ZeRO's collectives, checkpoints) runs on it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from exatrain.distributed.context import Context, init
+from exatrain.errors import ExatrainError
+
+#: DeepSpeed's CPU-only shared-memory all-reduce, used only by its tensor-parallel *inference* kernels
+#: (deepspeed.comm.inference_all_reduce). Training never calls it, but DeepSpeed JIT-compiles it (~2 min
+#: with g++) when it wraps a process group on the CPU accelerator.
+SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def import_deepspeed(device: str = "auto"):
+    """Import deepspeed with the accelerator that matches this rank's device.
+
+    DS_ACCELERATOR is read once, at DeepSpeed's first use: on a machine without a GPU (or device="cpu")
+    it is set to "cpu" unless the user set it, so DeepSpeed never probes for accelerators it cannot use.
+    """
+    if "DS_ACCELERATOR" not in os.environ and (device == "cpu" or not torch.cuda.is_available()):
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    try:
+        import deepspeed
+    except ImportError as exc:
+        raise ExatrainError(f"DeepSpeed is not installed in this environment ({exc})",
+                            "pip install 'exatrain[deepspeed]' (or bash scripts/install.sh deepspeed)") from exc
+    return deepspeed
+
+
+def attach_deepspeed(deepspeed, backend: str, timeout_s: float = 300.0, shm_comm: bool = False) -> None:
+    """`deepspeed.init_distributed` on the process group that already exists (exatrain's), never a new one."""
+    if not shm_comm:
+        deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # DeepSpeed documents this dict as editable
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                               timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
+    """`exatrain.init(**init_kwargs)`, then `deepspeed.init_distributed` on the group exatrain joined.
+
+    Returns exatrain's Context; afterwards call `deepspeed.initialize(model=..., config=...)` as usual.
+    A single process gets a process group of one (DeepSpeed needs a group even then). `shm_comm=False`
+    (default) skips the CPU shared-memory inference op (see SHM_COMM_OP): set True only for DeepSpeed
+    tensor-parallel inference on CPUs.
+    """
+    deepspeed = import_deepspeed(init_kwargs.get("device", "auto"))
+    ctx = init(**init_kwargs)
+    try:
+        if ctx.backend is None:
+            _group_of_one(ctx, init_kwargs.get("timeout_s", 300.0))
+        attach_deepspeed(deepspeed, ctx.backend, init_kwargs.get("timeout_s", 300.0), shm_comm)
+    except BaseException:
+        ctx._abort()
+        raise
+    return ctx
+
+
+def _group_of_one(ctx: Context, timeout_s: float) -> None:
+    backend = group_of_one(ctx.device, timeout_s)
+    ctx.dist = type(ctx.dist)(env=ctx.dist.env, device=ctx.device, backend=backend)
+
+
+def group_of_one(device: torch.device, timeout_s: float = 300.0) -> str:
+    """A one-rank process group on an in-process store (no port, no rendezvous), for libraries that need a
+    group even in a single process; returns its backend."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    # DeepSpeed's engine reads its local rank from the environment, as its launcher would have set it
+    for name in ("RANK", "LOCAL_RANK"):
+        os.environ.setdefault(name, "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    return backend

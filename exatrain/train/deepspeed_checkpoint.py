@@ -1,0 +1,104 @@
+"""Checkpoints of `[engine] name = "deepspeed"` through DeepSpeed's own save/load, in exatrain's run layout.
+
+RUN_DIR/checkpoints/step-N is committed exactly like a DCP checkpoint (checkpoint/store.py): every rank writes
+its ZeRO shards into `.step-N.partial/` (DeepSpeed's tag folder `deepspeed/`, its `latest` file), rank 0
+adds `exatrain.json` (step, world size, ZeRO stage) and the commit marker, renames the folder, and retires
+all but the newest `keep`. Resume=auto finds the newest committed one. The training progress (step, tokens,
+best eval loss, the sampler's global position) travels in DeepSpeed's client state.
+
+DeepSpeed's ZeRO shards are tied to the number of ranks that wrote them: resuming with another world size
+is refused with a HINT (export the weights with DeepSpeed's zero_to_fp32 and start from them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
+from exatrain.distributed import barrier, is_root
+from exatrain.errors import ExatrainError
+
+TAG = "deepspeed"  # DeepSpeed's checkpoint tag: the folder its files go into inside step-N
+INFO = "exatrain.json"
+
+
+class DeepSpeedCheckpoints:
+    """The trainer's checkpoint manager for a DeepSpeedEngine; every rank calls every method."""
+
+    def __init__(self, root: Path, interval: int, keep: int, engine, get_progress, set_progress, world_size: int):
+        self.root, self.interval, self.keep = Path(root), interval, keep
+        self.engine, self.get_progress, self.set_progress = engine, get_progress, set_progress
+        self.world_size = world_size
+        self.resumed_from: Path | None = None
+        self.on_commit = None  # called on rank 0 with each committed checkpoint's path
+
+    def start(self, resume: str) -> Path | None:
+        """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
+        if is_root():
+            self.root.mkdir(parents=True, exist_ok=True)
+            clean_incomplete(self.root)
+        barrier()
+        self.resumed_from = resolve_resume(resume, self.root)
+        return self.resumed_from
+
+    def due(self, step: int, last_step: int) -> bool:
+        """Save after this step? Every `interval` steps, and after the last one when saving is on."""
+        return self.interval > 0 and (step % self.interval == 0 or step == last_step)
+
+    def save(self, step: int, state=None, blocking: bool = True) -> Path:
+        """Write step-N with DeepSpeed on every rank, then rank 0 commits it and prunes old ones."""
+        partial, final = partial_dir(self.root, step), step_dir(self.root, step)
+        self.engine.ds.save_checkpoint(str(partial), tag=TAG, client_state={"exatrain": self.get_progress()})
+        barrier()  # every rank's shards are on disk
+        if is_root():
+            info = {"step": step, "world_size": self.world_size, "zero_stage": self.engine.zero_stage}
+            (partial / INFO).write_text(json.dumps(info) + "\n")
+            commit(partial, final)
+            if self.on_commit is not None:
+                self.on_commit(final)
+            delete(retire(self.root, self.keep, protect=self.resumed_from))
+        barrier()
+        return final
+
+    def load(self, path: Path, state=None, **_) -> None:
+        """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder."""
+        info = read_info(path)
+        problem = _mismatch(info, self.world_size, self.engine.zero_stage)
+        if problem:
+            raise ExatrainError(f"checkpoint {path}: {problem}; DeepSpeed's ZeRO shards load only into the same layout",
+                                f"resume with {info.get('world_size')} rank(s) and --engine.zero_stage="
+                                f"{info.get('zero_stage')}, or export its weights with DeepSpeed's script "
+                                f"(python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them")
+        _, client = self.engine.ds.load_checkpoint(str(path), tag=TAG, load_optimizer_states=True,
+                                                   load_lr_scheduler_states=True)
+        if client is None or "exatrain" not in client:
+            raise ExatrainError(f"checkpoint {path}: DeepSpeed found no training state in it",
+                                "resume from another step-N folder, or start fresh (--checkpoint.resume='')")
+        self.set_progress(client["exatrain"])
+
+    def poll(self, device=None) -> None:
+        """Saves are synchronous: nothing to commit in the background."""
+
+    def wait(self) -> None:
+        """Saves are synchronous: nothing in flight."""
+
+    def finish_pruning(self) -> None:
+        """Pruning is synchronous: nothing to wait for."""
+
+
+def read_info(path: Path) -> dict:
+    """What exatrain recorded about a DeepSpeed checkpoint; a clear error for a checkpoint of another engine."""
+    try:
+        return json.loads((Path(path) / INFO).read_text())
+    except FileNotFoundError:
+        raise ExatrainError(f"checkpoint {path} was not written by the deepspeed engine (no {INFO})",
+                            "resume it with the engine that wrote it (engine.name=torch), or start fresh") from None
+
+
+def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
+    if info.get("world_size") != world_size:
+        return f"saved by {info.get('world_size')} rank(s), this run has {world_size}"
+    if info.get("zero_stage") != zero_stage:
+        return f"saved with ZeRO stage {info.get('zero_stage')}, this run uses stage {zero_stage}"
+    return ""

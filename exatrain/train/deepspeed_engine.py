@@ -1,0 +1,79 @@
+"""`[engine] name = "deepspeed"`: the reference model trained by DeepSpeed ZeRO (stage 1, 2 or 3).
+
+exatrain still decides everything it decides for its torch engine: the process group (DeepSpeed wraps it,
+see distributed/deepspeed_setup.py), the model's initial weights, AdamW and its schedule, batch sizes,
+accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], config/deepspeed.py).
+DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
+at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load (deepspeed_checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+from exatrain.config import Config
+from exatrain.config.deepspeed import deepspeed_config
+from exatrain.distributed import DistContext
+from exatrain.distributed.deepspeed_setup import attach_deepspeed, group_of_one, import_deepspeed
+from exatrain.train.engine import Engine
+from exatrain.train.optim import build_optimizer, build_scheduler
+
+
+class DeepSpeedEngine(Engine):
+    """One model per rank inside a DeepSpeed engine; `train_step` also steps the optimizer and schedule."""
+
+    steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
+    owns_checkpoints = True  # DeepSpeed's own save/load (train/deepspeed_checkpoint.py)
+
+    def __init__(self, cfg: Config, dims, ctx: DistContext, reference: torch.nn.Module, bf16: bool):
+        deepspeed = import_deepspeed(ctx.device.type)
+        if not dist.is_initialized():
+            group_of_one(ctx.device, cfg.dist.timeout_s)
+        attach_deepspeed(deepspeed, "nccl" if ctx.device.type == "cuda" else "gloo", cfg.dist.timeout_s)
+        model = reference.to(ctx.device)
+        optimizer = build_optimizer(model, cfg.train)
+        scheduler = build_scheduler(optimizer, cfg.train)
+        self.config = deepspeed_config(cfg, dims.dp, bf16)
+        self.zero_stage = self.config["zero_optimization"]["stage"]
+        self.ds, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                                config=self.config)
+        # DeepSpeed keeps the torch optimizer and schedule it was given: the trainer reads LR from these
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.grad_norm: torch.Tensor | None = None
+        self._deepspeed = deepspeed
+        super().__init__([self.ds.module], reference.num_params(), False, contextlib.nullcontext)
+
+    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Forward, backward and DeepSpeed's step per micro-batch; the optimizer steps after the last one."""
+        total = torch.zeros((), device=micro_batches[0][0].device)
+        for x, y in micro_batches:
+            loss = self.ds(x, y)
+            self.ds.backward(loss)  # DeepSpeed divides by the accumulation steps
+            self.ds.step()
+            total += loss.detach().float() / len(micro_batches)
+        norm = self.ds.get_global_grad_norm()  # before clipping, of the whole model
+        self.grad_norm = None if norm is None else torch.as_tensor(float(norm))
+        return total
+
+    @torch.no_grad()
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Mean token loss of one batch (ZeRO-3 gathers parameters in the forward as in training)."""
+        return self.ds(x, y).float().item()
+
+    def train(self, mode: bool = True) -> None:
+        """Dropout on (train) or off (eval)."""
+        self.ds.train(mode)
+
+    def full_state_dict(self) -> dict:
+        """The whole model in fp32 on rank 0 ({} elsewhere); a collective (ZeRO-3 gathers its shards)."""
+        module = self.ds.module
+        gathered = (self._deepspeed.zero.GatheredParameters(list(module.parameters()))
+                    if self.zero_stage == 3 else contextlib.nullcontext())
+        root = not dist.is_initialized() or dist.get_rank() == 0
+        with gathered:
+            if not root:
+                return {}
+            return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
