@@ -101,8 +101,8 @@ def test_readme_block_runs(block, tmp_path):
     env = clean_environment(None)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     for command in _commands(block["body"]):
-        r = subprocess.run(["bash", "-c", _fast(command, block["body"])], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=600)
-        assert r.returncode == 0, (f"README command failed: {command}\n(run as: {_fast(command, block["body"])})\n"
+        run_as = _fast(command, block["body"])
+        r = subprocess.run(["bash", "-c", run_as], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (f"README command failed: {command}\n(run as: {run_as})\n"
                                    f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}\nHINT: fix the command or the code; "
                                    f"{HOW_TO_MARK}")
