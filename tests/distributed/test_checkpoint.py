@@ -179,6 +179,21 @@ def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli
     assert {s: full[s] for s in resumed} == resumed
 
 
+def test_dropout_fsdp_run_resumed_in_the_same_layout_repeats_exactly(exatrain_cli, tmp_path):
+    """The README's "in the same layout a resumed run repeats the uninterrupted one exactly, dropout
+    included" beyond DDP: FSDP on 2 ranks, resumed from step 6 in the same layout."""
+    dropout = [*COMMON, "--model.dropout=0.2", "--parallel.dp_replicate=1", "--parallel.dp_shard=2"]
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'full'}", *dropout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    full, resumed = train_losses(tmp_path / "full"), train_losses(run)
+    assert sorted(resumed) == list(range(7, 13))
+    assert {s: full[s] for s in resumed} == resumed
+
+
 def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatrain_cli, tmp_path):
     """A real kill -9 of rank 1 while the step-12 save is in flight (rank 1 paused inside the write by the
     manager's test hook, rank 0's file already written): the partial folder is never used; the next run
