@@ -1,8 +1,14 @@
 """Step time of the exatrain trainer against a hand-written PyTorch loop, one process, same everything.
 
 Both sides train the same model (same seed, size, data windows, batch, AdamW settings, gradient
-clipping and LR schedule). Repetitions are interleaved (A B, B A, ...) so machine noise hits both alike;
-the result is the ratio of median step times (exatrain / plain). Goal: <= 1.02.
+clipping and LR schedule) and log the loss every 10 steps (`.item()`). The exatrain side is timed as whole
+`Trainer.fit()` steps: everything the loop does per step (sampler, batch assembly, the step, the loss
+reduction and `.item()` on log steps, metrics records, checkpoint polling, the preemption check). A block is
+one `fit()` call running `--steps` more steps; the per-fit costs (banner, final evaluation of one batch,
+weights digest) are measured by a `fit()` call running no step in the same repetition and subtracted.
+The progress lines are switched off (both sides keep the loss; exatrain also writes its metrics records).
+Repetitions are interleaved (A B, B A, ...) so machine noise hits both alike; the result is the ratio of
+median step times (exatrain / plain). Goal: <= 1.02.
 
     .venv/bin/python benchmarks/overhead.py [--size small] [--steps 20] [--reps 7]
 """
@@ -10,6 +16,7 @@ the result is the ratio of median step times (exatrain / plain). Goal: <= 1.02.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -26,7 +33,7 @@ from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 
 
-def plain_loop(cfg, corpus, batches):
+def plain_loop(cfg, corpus, batches, log):
     """A hand-written loop a user would write: returns a function running one optimizer step."""
     seed_everything(cfg.train.seed)
     model = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len)
@@ -42,17 +49,28 @@ def plain_loop(cfg, corpus, batches):
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        if (i + 1) % cfg.train.log_every == 0:
+            log.append(loss.item())
         return loss.detach()
 
     return step
 
 
-def exatrain_loop(trainer):
-    """The trainer's own step: sampler, batch assembly, accumulation logic, autocast context, clipping."""
-    def step(i):
-        return trainer.train_step(trainer._micro_batches())
+def fit_block(trainer, steps: int) -> float:
+    """Wall time of one `fit()` call that runs `steps` more steps (0: only the per-fit costs)."""
+    trainer.cfg = dataclasses.replace(trainer.cfg, train=dataclasses.replace(trainer.cfg.train,
+                                                                             steps=trainer.step + steps))
+    t0 = time.perf_counter()
+    trainer.fit()
+    return time.perf_counter() - t0
 
-    return step
+
+def exatrain_loop(trainer):
+    """Per-step time of whole fit() steps: a fit() of n steps minus a fit() of none, over n."""
+    def block(start, n):
+        return (fit_block(trainer, n) - fit_block(trainer, 0)) / n
+
+    return block
 
 
 def timed(step, start, n):
@@ -60,6 +78,10 @@ def timed(step, start, n):
     for i in range(start, start + n):
         step(i)
     return (time.perf_counter() - t0) / n
+
+
+def plain_block(step):
+    return lambda start, n: timed(step, start, n)
 
 
 def main():
@@ -73,24 +95,28 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={tmp}/run",
                                  f"--train.global_batch_size={a.batch}", f"--train.micro_batch_size={a.batch}",
-                                 "--train.device=cpu", f"--train.steps={10 ** 6}"])
+                                 "--train.device=cpu", f"--train.steps={10 ** 6}", "--train.eval_at_start=false",
+                                 "--train.eval_every=0", "--train.eval_batches=1", "--train.save_model=false",
+                                 "--train.log_every=10"])
         ctx = init_distributed(detect_environment({}), "cpu")
         corpus = prepare_data(cfg)
         trainer = Trainer(cfg, ctx, corpus)
         start = trainer.sampler.state_dict()
         batches = [mbs[0] for mbs in trainer.sampler.iter_steps(64)]  # the same windows for both sides
         trainer.sampler.load_state_dict(start)
-        sides = {"exatrain": exatrain_loop(trainer), "plain": plain_loop(cfg, corpus, batches)}
-        for step in sides.values():
-            timed(step, 0, 3)  # warm-up
+        trainer.progress.enabled = False  # no progress lines on stdout (the metrics records are still written)
+        sides = {"exatrain": exatrain_loop(trainer), "plain": plain_block(plain_loop(cfg, corpus, batches, []))}
+        for block in sides.values():
+            block(0, 3)  # warm-up
         times = {k: [] for k in sides}
         for rep in range(a.reps):
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))
             for name in order:
-                times[name].append(timed(sides[name], rep * a.steps, a.steps))
+                times[name].append(sides[name](rep * a.steps, a.steps))
         med = {k: statistics.median(v) for k, v in times.items()}
         ratio = med["exatrain"] / med["plain"]
-        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, "
+        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side "
+              "(exatrain: whole fit() steps), "
               f"torch {torch.__version__}, {torch.get_num_threads()} threads")
         for k in sides:
             print(f"  {k:9s} median step {med[k] * 1000:8.2f} ms  (all: {', '.join(f'{t * 1000:.1f}' for t in times[k])})")

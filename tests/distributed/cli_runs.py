@@ -41,6 +41,33 @@ def plain_eval_loss(run_dir, state) -> float:
     return total / count
 
 
+def check_weight_placement(run_dir) -> None:
+    """Replicas agree where there are replicas, and the layout really splits the weights where it should.
+
+    Ranks are placed row-major on the mesh (pp, dp_replicate, dp_shard, tp); ranks that differ only in their
+    dp_replicate coordinate are replicas and must hold bit-identical weights (the digest each rank wrote to
+    ranks/rank-N.json); ranks at different places (other pipeline stage, FSDP shard or TP shard) must hold
+    different weights, else the layout was not applied. "weights in sync" alone is vacuous for layouts
+    without replicas, so it is asserted only where dp_replicate > 1."""
+    import itertools
+    import json
+
+    from exatrain.distributed.parallel_dims import ParallelDims
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    world = summary["world_size"]
+    dims = ParallelDims.from_config(load_config(str(run_dir / "config.toml")).parallel, world)
+    shape = (dims.pp, dims.dp_replicate, dims.dp_shard, dims.tp)
+    digests = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text())["weights_sha256"] for r in range(world)]
+    places: dict[tuple, set] = {}
+    for rank, (pp, _, shard, tp) in enumerate(itertools.product(*map(range, shape))):
+        places.setdefault((pp, shard, tp), set()).add(digests[rank])
+    if dims.dp_replicate > 1:
+        assert summary["weights_in_sync"] and all(len(d) == 1 for d in places.values()), places
+    distinct = {next(iter(d)) for d in places.values()}
+    assert len(distinct) == len(places), f"ranks at different places of {shape} hold the same weights: {places}"
+
+
 def max_diff(a: list[float], b: list[float]) -> float:
     """Largest absolute difference of two equally long sequences."""
     assert len(a) == len(b), (a, b)
@@ -62,7 +89,7 @@ def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_
     assert w.keys() == ref_w.keys()
     plain = plain_eval_loss(run["dir"], w)
     assert abs(plain - run["eval"]) <= loss_tol, (plain, run["eval"])
-    assert "weights in sync" in run["stdout"] and "NO" not in run["stdout"].split("weights in sync")[-1]
+    check_weight_placement(run["dir"])
     worst = max((w[k] - ref_w[k]).abs().max().item() for k in w)
     mean = sum((w[k] - ref_w[k]).abs().sum().item() for k in w) / sum(v.numel() for v in w.values())
     return worst, mean

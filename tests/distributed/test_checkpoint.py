@@ -179,6 +179,42 @@ def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli
     assert {s: full[s] for s in resumed} == resumed
 
 
+def test_dropout_fsdp_run_resumed_in_the_same_layout_repeats_exactly(exatrain_cli, tmp_path):
+    """The README's "in the same layout a resumed run repeats the uninterrupted one exactly, dropout
+    included" beyond DDP: FSDP on 2 ranks, resumed from step 6 in the same layout."""
+    dropout = [*COMMON, "--model.dropout=0.2", "--parallel.dp_replicate=1", "--parallel.dp_shard=2"]
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'full'}", *dropout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    full, resumed = train_losses(tmp_path / "full"), train_losses(run)
+    assert sorted(resumed) == list(range(7, 13))
+    assert {s: full[s] for s in resumed} == resumed
+
+
+def test_resume_in_another_layout_reseeds_deterministically(exatrain_cli, tmp_path):
+    """A DDP checkpoint resumed under FSDP restores no generator (rank R is another part of the work) and
+    reseeds every rank from the seed, its data-parallel rank and the step: two such resumes draw the same
+    dropout masks (identical losses), and the masks are not the uninterrupted DDP run's (other losses)."""
+    dropout = [*COMMON, "--model.dropout=0.2"]
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'ddp'}", *dropout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    losses = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        shutil.copytree(tmp_path / "ddp" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
+        r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto",
+                         "--parallel.dp_replicate=1", "--parallel.dp_shard=2")
+        assert r.returncode == 0, r.stdout + r.stderr
+        losses.append(train_losses(run))
+    assert sorted(losses[0]) == list(range(7, 13)) and losses[0] == losses[1]
+    ddp = train_losses(tmp_path / "ddp")
+    # other dropout masks move the loss far more than the layouts' summation order (~1e-6)
+    assert max(abs(losses[0][s] - ddp[s]) for s in losses[0]) > 1e-4, "reseeded: not the DDP run's generators"
+
+
 def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatrain_cli, tmp_path):
     """A real kill -9 of rank 1 while the step-12 save is in flight (rank 1 paused inside the write by the
     manager's test hook, rank 0's file already written): the partial folder is never used; the next run

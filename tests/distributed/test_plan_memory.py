@@ -3,7 +3,8 @@
 The plan builds the layout on the meta device under a fake process group; here the trainer builds the same
 layouts on 2 and 4 real ranks (FSDP, DDP, TP, PP and their products with FSDP), takes an AdamW step and a
 second backward, and each rank sums the bytes of the local parameter, gradient and optimizer-state shards
-it holds.
+it holds. The plan describes rank 0 of each pipeline rank's group: those ranks must match it to the byte;
+the other ranks within 1 % (an uneven FSDP shard is one row shorter on the last ranks).
 """
 
 import json
@@ -64,9 +65,13 @@ def test_plan_matches_real_ranks(tmp_path, world):
         plan = make_plan(_config(layout, tmp_path), world)
         per_pp_rank = world // len(plan.ranks)  # plan.ranks: rank 0 of each pipeline rank's group
         for r, measured in enumerate(real):
-            planned = (lambda p: p.params + p.grads + p.optimizer)(plan.ranks[r // per_pp_rank])
-            held = sum(measured[layout].values())
-            assert abs(planned - held) <= 0.10 * held, (layout, world, r, planned, measured[layout])
+            p = plan.ranks[r // per_pp_rank]
+            planned = {"params": p.params, "grads": p.grads, "optimizer": p.optimizer}
+            if r % per_pp_rank == 0:  # the rank the plan describes: equal to the byte, part by part
+                assert planned == measured[layout], (layout, world, r, planned, measured[layout])
+            else:  # other ranks of its group may hold a shard one row shorter (FSDP pads uneven dims)
+                held = sum(measured[layout].values())
+                assert abs(sum(planned.values()) - held) <= 0.01 * held, (layout, world, r, planned, measured[layout])
     # the layouts really differ: FSDP holds about 1/world of DDP's bytes on every rank
     fsdp, ddp = sum(real[0]["fsdp"].values()), sum(real[0]["ddp"].values())
     assert fsdp < ddp / world * 1.1

@@ -136,3 +136,28 @@ def test_site_profiles_give_the_gpu_memory():
         profile_from_dict({**data, "gpu_memory_gb": "lots"})
     assert memory.verdict(10 * 2**30, None).startswith("unknown")
     assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith("tight")
+
+
+@pytest.mark.parametrize("ac, every", [
+    pytest.param("full", 1, marks=pytest.mark.xfail(strict=True, reason=(
+        "found by this test: under full AC the estimate (less the recomputed block) is 8.8 MB where autograd "
+        "keeps 6.8 MB (medium, 2 x 128): the formula counts the embedding sum and the head's input on top of "
+        "the checkpointed blocks' inputs; conservative, to be fixed in train/plan/memory.py"))),
+    ("every", 2),
+])
+def test_checkpointed_activation_estimate_matches_saved_tensors(ac, every):
+    """Activation checkpointing applied by the training code (apply_ac), measured as the plain case: what
+    autograd keeps after the forward (the checkpointed blocks' inputs, the other blocks, the head) against the
+    formula, less the one block the formula adds for the recomputation peak in backward (that block's bytes
+    are the plain block's, checked above), within 10 %."""
+    from exatrain.distributed.parallelize import apply_ac
+
+    size, batch, seq, vocab = "medium", 2, 128, 1000
+    torch.manual_seed(0)
+    model = build_model(size, vocab, seq)
+    apply_ac(model.layers, ac, every)
+    measured = _saved_bytes(model, torch.randint(vocab, (batch, seq)))
+    spec = memory.ActivationSpec(shape=model_shape(size), vocab=vocab, seq_len=seq, batch=batch, elem_bytes=4,
+                                 ac=ac, ac_every=every)
+    estimate = memory.stage_activation_bytes(model.shape.n_layers, True, True, spec) - memory.block_activation_bytes(spec)
+    assert abs(estimate - measured) <= 0.10 * measured, (estimate, measured)
