@@ -2,7 +2,7 @@
 
 - The main command (install, then `exatrain train` with no arguments) runs in full from the repository root.
 - EVERY other fenced ```bash block of README.md runs too, block by block (each in a fresh folder with `.venv`
-  linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; its ```toml blocks whose first
+  and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; its ```toml blocks whose first
   line is `# NAME.toml` written there as NAME.toml), so no documented command can rot. To keep CI short,
   each `exatrain train` command gets FAST_TRAIN appended for every key it does not set itself (smaller
   windows and evaluations, and 20 steps unless the block names a checkpoint `step-N` of the documented
@@ -96,6 +96,7 @@ def test_every_bash_block_is_run_or_marked_with_a_reason():
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: _commands(b["body"])[0][:60])
 def test_readme_block_runs(block, tmp_path):
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the examples' commands name them from the repository root
     for name, text in _files().items():
         (tmp_path / name).write_text(text)
     env = clean_environment(None)
