@@ -16,7 +16,7 @@ _PYTHON = re.compile(r"python[0-9.]*")
 
 def command_kind(cmd: list[str]) -> str:
     """What a ``[job] command`` runs: ``trainer`` (exatrain's own, however spelled: ``exatrain train``,
-    ``.venv/bin/exatrain train``, ``python -m exatrain.cli.main train``), ``wrapped`` (already ``exatrain
+    ``.venv/bin/exatrain train``, ``python -m exatrain.cli.main train``, ``python -m exatrain train``), ``wrapped`` (already ``exatrain
     run``), ``python`` (``[python[3]] [-u] SCRIPT.py|-m MODULE ...``) or ``other``."""
     sub = _exatrain_subcommand(cmd)
     if sub in ("train", "run"):
@@ -27,7 +27,7 @@ def command_kind(cmd: list[str]) -> str:
 def _exatrain_subcommand(cmd: list[str]) -> str | None:
     if cmd and PurePosixPath(cmd[0]).name == "exatrain" and len(cmd) > 1:
         return cmd[1]
-    if cmd[1:3] == ["-m", "exatrain.cli.main"] and len(cmd) > 3:
+    if cmd[1:2] == ["-m"] and cmd[2:3] in (["exatrain.cli.main"], ["exatrain"]) and len(cmd) > 3:
         return cmd[3]
     return None
 

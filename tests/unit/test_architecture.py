@@ -19,7 +19,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
 LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"distributed"},
-          {"models", "data", "checkpoint"}, {"train"}, {"cli"}]
+          {"models", "data", "checkpoint"}, {"train"}, {"cli", "__main__"}]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE|"
                          r"MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK)(_|$)")
@@ -27,6 +27,7 @@ WHOLE_ENVIRONMENT = {
     "launch/local.py": "copied as the environment of the torchrun agent it starts",
     "distributed/process_group.py": "handed to env's visibility_problem, which reads it",
     "cli/commands.py": "copied as the environment `exatrain run` execs the user's script with",
+    "cli/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
 }
 _READ_METHODS = {"get", "__getitem__", "__contains__"}
 _WRITE_METHODS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}

@@ -41,7 +41,7 @@ def test_golden_script_job(profile, mode):
 
 @pytest.mark.parametrize("command", [
     ["exatrain", "train"], [".venv/bin/exatrain", "train"], ["/opt/venv/bin/exatrain", "train", "--train.steps=5"],
-    ["python3", "-m", "exatrain.cli.main", "train"], ["/usr/bin/python3.11", "-m", "exatrain.cli.main", "train"],
+    ["python3", "-m", "exatrain.cli.main", "train"], ["/usr/bin/python3.11", "-m", "exatrain.cli.main", "train"], ["python", "-m", "exatrain", "train"],
 ])
 def test_trainer_is_recognised_however_spelled(command):
     """The trainer keeps its own words and gets --config, --run.dir and JSC's master suffix, whatever
