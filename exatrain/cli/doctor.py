@@ -4,6 +4,7 @@ locally with `--nproc N` (local gloo workers)."""
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -60,7 +61,7 @@ def _print(console: Console, reports, sweep, network, backend, problems) -> None
         for col in ("size", "time", "algbw GB/s", "busbw GB/s"):
             bw.add_column(col, justify="right")
         for s in sweep:
-            bw.add_row(_size(s["bytes"]), f"{s['time_s'] * 1e6:,.0f} us", f"{s['algbw_gbs']:.3f}", f"{s['busbw_gbs']:.3f}")
+            bw.add_row(_size(s["bytes"]), f"{s['time_s'] * 1e6:,.0f} us", _gbs(s['algbw_gbs']), _gbs(s['busbw_gbs']))
         console.print(bw)
     for problem, hint in problems:
         console.print(f"FAIL: {problem}\nHINT: {hint}", markup=False, highlight=False)
@@ -72,3 +73,11 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n // scale} {unit}"
     return f"{n} B"
+
+
+def _gbs(value: float) -> str:
+    """A bandwidth in GB/s with three significant digits and no exponent (small messages on a busy CPU
+    reach well under 0.001 GB/s, which a fixed 3 decimals would print as 0.000)."""
+    if value <= 0:
+        return "0"
+    return f"{value:.{max(2, 2 - math.floor(math.log10(value)))}f}"

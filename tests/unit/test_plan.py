@@ -138,13 +138,7 @@ def test_site_profiles_give_the_gpu_memory():
     assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith("tight")
 
 
-@pytest.mark.parametrize("ac, every", [
-    pytest.param("full", 1, marks=pytest.mark.xfail(strict=True, reason=(
-        "found by this test: under full AC the estimate (less the recomputed block) is 8.8 MB where autograd "
-        "keeps 6.8 MB (medium, 2 x 128): the formula counts the embedding sum and the head's input on top of "
-        "the checkpointed blocks' inputs; conservative, to be fixed in train/plan/memory.py"))),
-    ("every", 2),
-])
+@pytest.mark.parametrize("ac, every", [("full", 1), ("every", 2)])
 def test_checkpointed_activation_estimate_matches_saved_tensors(ac, every):
     """Activation checkpointing applied by the training code (apply_ac), measured as the plain case: what
     autograd keeps after the forward (the checkpointed blocks' inputs, the other blocks, the head) against the
