@@ -57,10 +57,6 @@ class CheckpointManager:
         self.resumed_from = resolve_resume(resume, self.root)
         return self.resumed_from
 
-    def due(self, step: int, last_step: int) -> bool:
-        """Save after this step? Every `interval` steps, and after the last one when saving is on."""
-        return self.interval > 0 and (step % self.interval == 0 or step == last_step)
-
     def save(self, step: int, state: TrainingState, blocking: bool = True) -> Path:
         """Write step-N; all ranks write, then rank 0 commits and prunes old ones.
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
+from exatrain.checkpoint.manager import CheckpointManager
+from exatrain.checkpoint.store import commit, delete, partial_dir, retire, step_dir
 from exatrain.distributed import barrier, is_root
 from exatrain.errors import ExatrainError
 
@@ -33,18 +34,8 @@ class DeepSpeedCheckpoints:
         self.resumed_from: Path | None = None
         self.on_commit = None  # called on rank 0 with each committed checkpoint's path
 
-    def start(self, resume: str) -> Path | None:
-        """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
-        if is_root():
-            self.root.mkdir(parents=True, exist_ok=True)
-            clean_incomplete(self.root)
-        barrier()
-        self.resumed_from = resolve_resume(resume, self.root)
-        return self.resumed_from
-
-    def due(self, step: int, last_step: int) -> bool:
-        """Save after this step? Every `interval` steps, and after the last one when saving is on."""
-        return self.interval > 0 and (step % self.interval == 0 or step == last_step)
+    # the same start as exatrain's DCP checkpoints: clean killed saves (rank 0), then pick the one to resume
+    start = CheckpointManager.start
 
     def save(self, step: int, state=None, blocking: bool = True) -> Path:
         """Write step-N with DeepSpeed on every rank, then rank 0 commits it and prunes old ones."""
