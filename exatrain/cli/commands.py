@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from exatrain.config import load_config, reference, to_toml
@@ -250,10 +251,20 @@ def cmd_doctor(args, extra: list[str]) -> int:
         from exatrain.cli.doctor import doctor_here
 
         return doctor_here(env, args)
-    forwarded = ["doctor", f"--max-size={args.max_size}", f"--iters={args.iters}", f"--device={args.device}",
-                 f"--timeout={args.timeout}", f"--profile={args.profile}", f"--cache-dir={args.cache_dir}",
-                 f"--nccl-log={args.nccl_log}"]
-    return launch_local(nproc, "exatrain.cli.main", forwarded)
+    with tempfile.TemporaryDirectory(prefix="exatrain-doctor-") as verdicts:
+        forwarded = ["doctor", f"--max-size={args.max_size}", f"--iters={args.iters}", f"--device={args.device}",
+                     f"--timeout={args.timeout}", f"--profile={args.profile}", f"--cache-dir={args.cache_dir}",
+                     f"--nccl-log={args.nccl_log}", f"--nccl-log-dir={args.nccl_log_dir}", f"--verdict-dir={verdicts}"]
+        return _doctor_verdict(verdicts, nproc, launch_local(nproc, "exatrain.cli.main", forwarded))
+
+
+def _doctor_verdict(verdict_dir: str, nproc: int, agent_code: int) -> int:
+    """The exit code of `exatrain doctor --nproc N`: the worst verdict its ranks left (0 passed, 1 a check
+    failed, 2 an error); the agent's own code when a rank ended without one (it crashed; the agent said which)."""
+    codes = [int(p.read_text()) for p in Path(verdict_dir).glob("rank*")]
+    if len(codes) < nproc and agent_code:
+        return agent_code
+    return max(codes, default=agent_code)
 
 
 def cmd_scale(args, overrides: list[str]) -> int:

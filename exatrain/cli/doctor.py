@@ -6,31 +6,71 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
 from exatrain.distributed import all_gather_objects, init_distributed, teardown
 from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
+from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
+from exatrain.errors import ExatrainError
 from exatrain.observe import doctor
 
 
 def doctor_here(env, args) -> int:
-    """This rank's part of the doctor (a collective over all ranks); rank 0 prints; 1 when a check failed."""
+    """This rank's part of the doctor (a collective over all ranks); rank 0 prints; 1 when a check failed.
+
+    Started by `exatrain doctor --nproc N` (args.verdict_dir set), a rank exits 0 and leaves its verdict
+    (0, 1, or 2 for an error it printed) in that folder instead: a worker's non-zero exit would make
+    torchrun's agent report a crash under the doctor's table."""
+    if not args.verdict_dir:
+        return _doctor(env, args)
+    try:
+        code = _doctor(env, args)
+    except ExatrainError as e:
+        print(f"exatrain: error: {e}", file=sys.stderr, flush=True)
+        code = 2
+    Path(args.verdict_dir, f"rank{env.global_rank}").write_text(str(code))
+    return 0
+
+
+def _doctor(env, args) -> int:
+    own_dir = not args.nccl_log_dir
+    log_dir = Path(args.nccl_log_dir or tempfile.mkdtemp(prefix="exatrain-doctor-nccl-"))
+    # NCCL reads its debug variables at its first communicator: set before the group exists (gloo ignores them)
+    nccl_log = enable_nccl_debug_log(log_dir, env.global_rank) if _may_use_nccl(args.device) else None
+    try:
+        return _checks(env, args, nccl_log)
+    finally:
+        if own_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _may_use_nccl(device: str) -> bool:
+    return device != "cpu" and torch.cuda.is_available()
+
+
+def _checks(env, args, nccl_log: Path | None) -> int:
     ctx = init_distributed(env, args.device, "auto", args.timeout)  # joining the group proves the master reachable
     try:
         check_affinity(ctx, JobConfig(profile=args.profile) if args.profile else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
         caches = sorted({tempfile.gettempdir(), *(c for c in (args.cache_dir,) if c)})
         report = doctor.rank_report(ctx.rank, ctx.local_rank, ctx.env.local_world_size, ctx.device, caches)
         report["links"] = doctor.gpu_links() if ctx.local_rank == 0 else None
-        reports = all_gather_objects(report)
         sweep = []
         if ctx.world_size > 1:
             sweep = doctor.bus_bandwidth_sweep(doctor.sweep_sizes(doctor.parse_size(args.max_size)), ctx.device,
                                                iters=args.iters)
+        elif ctx.device.type == "cuda":
+            init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
+        report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
+        reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)
         if ctx.rank == 0:
@@ -38,6 +78,12 @@ def doctor_here(env, args) -> int:
         return 1 if problems else 0
     finally:
         teardown()
+
+
+def _nccl_report(nccl_log: Path | None) -> dict:
+    """This rank's NCCL network and plugin, from the log its communicator's set-up wrote."""
+    text = nccl_log.read_text(errors="replace") if nccl_log and nccl_log.exists() else ""
+    return {**doctor.nccl_setup(text), "log": str(nccl_log) if nccl_log else None}
 
 
 def _print(console: Console, reports, sweep, network, backend, problems) -> None:
@@ -54,8 +100,10 @@ def _print(console: Console, reports, sweep, network, backend, problems) -> None
     for r in reports:
         if r["links"]:
             console.print(f"GPU links on {r['host']}:\n{r['links']}")
+    for line in _nccl_lines(reports):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if network:
-        console.print(f"NCCL network (from the NCCL_DEBUG=INFO log): {network}")
+        console.print(f"NCCL network (from the given NCCL_DEBUG=INFO log): {network}")
     if sweep:
         bw = Table(title="all_reduce sweep (float32 sum; busbw = algbw x 2(n-1)/n, as nccl-tests)")
         for col in ("size", "time", "algbw GB/s", "busbw GB/s"):
@@ -81,3 +129,17 @@ def _gbs(value: float) -> str:
     if value <= 0:
         return "0"
     return f"{value:.{max(2, 2 - math.floor(math.log10(value)))}f}"
+
+
+def _nccl_lines(reports) -> list[str]:
+    """One line per distinct NCCL set-up the GPU ranks' own logs showed, e.g. "NCCL network (each GPU rank's
+    NCCL_DEBUG=INFO log): OFI, plugin aws-ofi-nccl 1.6.0, on rank(s) 0, 1"; none without NCCL ranks."""
+    setups: dict[tuple, list[dict]] = {}
+    for r in reports:
+        if r.get("nccl") is not None:
+            setups.setdefault((r["nccl"]["network"], r["nccl"]["plugin"]), []).append(r)
+    lines = []
+    for (network, plugin), ranks in setups.items():
+        said = f"{network}, plugin {plugin}" if network and plugin else network or "not in the log"
+        lines.append(f"NCCL network (each GPU rank's NCCL_DEBUG=INFO log): {said}, on rank(s) {doctor.rank_list(ranks)}")
+    return lines

@@ -143,7 +143,13 @@ def _add_job_commands(sub) -> None:
     do.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every rank to join")
     do.add_argument("--profile", default="generic-nvidia", help="site profile for the CPU affinity masks")
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
-    do.add_argument("--nccl-log", default="", help="an NCCL_DEBUG=INFO log of this job to tell NET/Socket from IB/OFI")
+    do.add_argument("--nccl-log", default="",
+                    help="an NCCL_DEBUG=INFO log of another job to tell NET/Socket from IB/OFI (the doctor's own "
+                         "NCCL ranks log theirs anyway)")
+    do.add_argument("--nccl-log-dir", default="",
+                    help="keep each GPU rank's NCCL_DEBUG=INFO log here as nccl-rankN.log (default: a temporary "
+                         "folder, removed)")
+    do.add_argument("--verdict-dir", default="", help=argparse.SUPPRESS)  # set by --nproc for its workers
     sc = sub.add_parser("scale", allow_abbrev=False,
                         help="scaling study here: train at several local world sizes, then write the report",
                         epilog="Any --section.key=value sets a config value for every run, e.g. --train.steps=50.")

@@ -87,17 +87,43 @@ def network_plugins(library_path: str | None = None) -> list[str]:
     return sorted(set(found))
 
 
+# NCCL's name of the network it uses ("Using network X") -> the family the doctor reports
+_NETWORK_FAMILY = {"Socket": "Socket", "IB": "IB", "IBext": "IB", "OFI": "OFI", "Libfabric": "OFI",
+                   "AWS Libfabric": "OFI"}
+
+
 def parse_nccl_network(log: str) -> str | None:
-    """The network an NCCL_DEBUG=INFO log says NCCL uses: "Socket", "IB", "OFI" (a libfabric plugin,
-    e.g. aws-ofi-nccl), or None when the log does not say (no inter-node communicator was set up)."""
+    """The network an NCCL_DEBUG=INFO log says NCCL uses: "Socket" (TCP), "IB" (NCCL's own InfiniBand/RoCE
+    transport, or the HPC-X plugin's "IBext"), "OFI" (libfabric through aws-ofi-nccl / aws-ofi-rccl, e.g. on
+    Slingshot), another plugin's own name, or None when the log does not say (no communicator set up yet)."""
     m = re.findall(r"NCCL INFO Using network (.+?)\s*$", log, re.M)
     if m:
-        name = m[-1]
-        return "Socket" if name == "Socket" else "IB" if name == "IB" else "OFI"
+        return _NETWORK_FAMILY.get(m[-1], m[-1])
     for tag in ("NET/OFI", "NET/IB", "NET/Socket"):
-        if re.search(rf"NCCL INFO {tag} : Using", log) or (tag == "NET/OFI" and "Selected Provider" in log):
+        if re.search(rf"NCCL INFO {tag} : Using", log) or (tag == "NET/OFI" and re.search("Selected [Pp]rovider", log)):
             return tag.removeprefix("NET/")
     return None
+
+
+def parse_nccl_plugin(log: str) -> str | None:
+    """The network plugin an NCCL_DEBUG=INFO log says NCCL loaded ("aws-ofi-nccl 1.6.0", "NCCL RDMA Plugin v6",
+    a library path), "internal" when it found none and uses its own IB/Socket transports, None when the log
+    does not say."""
+    patterns = (r"NET/OFI (?:Using|Initializing) (aws-ofi-[rn]ccl\S*(?: \S+)?)",  # aws-ofi-nccl / aws-ofi-rccl
+                r"NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?\s*$",
+                r"Plugin Path : (\S+)")
+    for pattern in patterns:
+        m = re.search(pattern, log, re.M)
+        if m:
+            return m.group(1)
+    if re.search(r"NET/Plugin ?: (?:.*No plugin found|Using internal network plugin)", log):
+        return "internal"
+    return None
+
+
+def nccl_setup(log: str) -> dict:
+    """{"network", "plugin"} of one rank's NCCL_DEBUG=INFO log (None where the log does not say)."""
+    return {"network": parse_nccl_network(log), "plugin": parse_nccl_plugin(log)}
 
 
 def writable(directory: str | Path) -> bool:
@@ -135,8 +161,9 @@ def rank_report(rank: int, local_rank: int, local_world_size: int, device: torch
     }
 
 
-def failures(reports: list[dict], backend: str, nccl_network: str | None) -> list[tuple[str, str]]:
-    """(problem, HINT) for every failed check across all ranks' reports."""
+def failures(reports: list[dict], backend: str, nccl_network: str | None = None) -> list[tuple[str, str]]:
+    """(problem, HINT) for every failed check across all ranks' reports (each rank's own NCCL log in its
+    "nccl" entry; `nccl_network` from a log the user recorded, `--nccl-log`)."""
     out = []
     for r in reports:
         where = f"rank {r['rank']} on {r['host']}"
@@ -150,9 +177,17 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None) -> lis
                 out.append((f"{where}: cache directory {cache} is not writable", "point data.cache_dir / TMPDIR at a writable node-local directory"))
     nodes = {r["host"] for r in reports}
     if backend == "nccl" and len(nodes) > 1:
-        if nccl_network == "Socket":
-            out.append(("NCCL uses NET/Socket between nodes (TCP): far below the fabric's bandwidth",
+        on_socket = [r for r in reports if (r.get("nccl") or {}).get("network") == "Socket"]
+        if on_socket or nccl_network == "Socket":
+            where = f" (rank(s) {rank_list(on_socket)})" if on_socket else " (the given NCCL log)"
+            out.append((f"NCCL uses NET/Socket between nodes (TCP){where}: far below the fabric's bandwidth",
                         "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check NCCL_IB_HCA / NCCL_SOCKET_IFNAME"))
         if not any(r["interfaces"] for r in reports):
             out.append(("no high-speed interface (hsn*, ib*) on any node", "run on the compute partition; check the site profile"))
     return out
+
+
+def rank_list(reports: list[dict]) -> str:
+    """"0, 1, 5" (and how many more) for a problem shared by many ranks."""
+    ranks = [str(r["rank"]) for r in reports]
+    return ", ".join(ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")

@@ -1,13 +1,15 @@
 """GPU monitoring per node: a background sampler writing RUN_DIR/monitor/HOST.jsonl, and its summary.
 
-Readers, first that works: the vendors' Python bindings (nvidia-ml-py's `pynvml`, AMD's `amdsmi`), else
-the machine-readable output of `nvidia-smi` or `rocm-smi`. Each sample is one JSON line
+Readers, first that works: the vendors' Python bindings (nvidia-ml-py's `pynvml`, then AMD's `amdsmi`, which
+needs libamd_smi.so of ROCm on the node), else the machine-readable output of `nvidia-smi` or `rocm-smi`. Each sample is one JSON line
 {"time": unix seconds, "host": ..., "gpus": [{"index", "name", "util_pct", "mem_used_mib", "mem_total_mib",
 "power_w", "temp_c"}, ...]}. No GPU and no tool: no samples, no file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import socket
@@ -83,6 +85,58 @@ def _read_pynvml() -> list[dict] | None:
     return gpus
 
 
+def _read_amdsmi() -> list[dict] | None:
+    """AMD GPUs through AMD's `amdsmi` bindings; None where the package, its libamd_smi.so or the driver is
+    missing. (The bindings print to stdout when the library is missing: kept out of the table and the logs.)"""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            import amdsmi
+    except Exception:  # noqa: BLE001 - ImportError, or the package's own failure to load libamd_smi.so
+        return None
+    try:
+        amdsmi.amdsmi_init()
+    except Exception:  # noqa: BLE001 - amdsmi.AmdSmiException and friends: no driver or no AMD GPU
+        return None
+    try:
+        return [_amd_gpu(amdsmi, i, h) for i, h in enumerate(amdsmi.amdsmi_get_processor_handles())]
+    except Exception:  # noqa: BLE001 - a reading this library version or GPU does not support
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            amdsmi.amdsmi_shut_down()
+
+
+def _amd_gpu(amdsmi, index: int, handle) -> dict:
+    """One GPU's sample from amdsmi: activity in %, VRAM in MB (amdsmi's unit), power in W, junction temperature
+    in C. Readings a GPU does not support come back as "N/A" (or raise): None."""
+    vram = amdsmi.amdsmi_get_gpu_vram_usage(handle)
+    power = _optional(lambda: amdsmi.amdsmi_get_power_info(handle)) or {}
+    temp = _optional(lambda: amdsmi.amdsmi_get_temp_metric(handle, amdsmi.AmdSmiTemperatureType.HOTSPOT,
+                                                            amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    name = _optional(lambda: amdsmi.amdsmi_get_gpu_asic_info(handle)["market_name"])
+    return {"index": index, "name": name or "", "util_pct": _number(amdsmi.amdsmi_get_gpu_activity(handle)["gfx_activity"]),
+            "mem_used_mib": _number(vram["vram_used"]), "mem_total_mib": _number(vram["vram_total"]),
+            "power_w": _amd_watts(power),
+            "temp_c": _number(temp)}
+
+
+def _amd_watts(power: dict) -> float | None:
+    """Socket power in W: current_socket_power on MI300 and later, average_socket_power on MI250X (LUMI) and
+    earlier; the other one is 0 or a "not supported" value (N/A, UINT16/UINT32 max)."""
+    for key in ("current_socket_power", "average_socket_power"):
+        watts = _number(power.get(key))
+        if watts and watts < 0xFFFF:
+            return watts
+    return None
+
+
+def _optional(read):
+    try:
+        return read()
+    except Exception:  # noqa: BLE001 - amdsmi raises for readings a GPU does not support
+        return None
+
+
 def _read_tool(tool: str, args: list[str], parse) -> list[dict] | None:
     path = shutil.which(tool)
     if path is None:
@@ -97,6 +151,7 @@ def _read_tool(tool: str, args: list[str], parse) -> list[dict] | None:
 def read_gpus() -> tuple[str, list[dict]]:
     """(source, GPUs) from the first reader that works; ("none", []) without GPUs or tools."""
     readers = (("nvidia-ml-py", _read_pynvml),
+               ("amdsmi", _read_amdsmi),
                ("nvidia-smi", lambda: _read_tool("nvidia-smi", NVIDIA_SMI_ARGS, parse_nvidia_smi)),
                ("rocm-smi", lambda: _read_tool("rocm-smi", ROCM_SMI_ARGS, parse_rocm_smi)))
     for source, read in readers:

@@ -9,6 +9,7 @@ a process group of one rank is a real NCCL group (one GPU cannot host two NCCL r
 import gc
 import json
 import os
+import re
 import signal
 import traceback
 import warnings
@@ -226,3 +227,17 @@ def test_peak_memory_within_plan(tmp_path, compiled):
               for k in ("params", "grads", "optimizer", "transient", "weight_copies", "activations")}
     print(f"peak {peak / 2**20:.0f} MiB, plan {planned / 2**20:.0f} MiB, plan detail (MiB) {detail}")
     assert abs(peak - planned) <= 0.10 * planned, (peak / 2**20, planned / 2**20, detail)
+
+
+def test_doctor_reports_nccl_network_from_its_own_log(exatrain_cli, tmp_path):
+    """`exatrain doctor` on one CUDA rank sets up NCCL itself (a one-rank communicator) with NCCL_DEBUG=INFO into
+    a file of its own, and reports the network that log names, without `--nccl-log`."""
+    logs = tmp_path / "nccl"
+    r = exatrain_cli("doctor", "--device=cuda", f"--nccl-log-dir={logs}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = (logs / "nccl-rank0.log").read_text()
+    assert "NCCL INFO" in log and "Using network" in log
+    network = re.search(r"NCCL INFO Using network (.+?)\s*$", log, re.M).group(1)
+    family = {"Socket": "Socket", "IB": "IB", "IBext": "IB"}.get(network, "OFI")  # aws-ofi-nccl: "AWS Libfabric"
+    assert re.search(rf"^NCCL network \(each GPU rank's NCCL_DEBUG=INFO log\): {family}\b.*, on rank\(s\) 0$",
+                     r.stdout, re.M), r.stdout

@@ -4,7 +4,9 @@ No GPU here: the stand-in prints what `nvidia-smi --query-gpu=... --format=csv,n
 for two H100s, with GPU 0's utilisation rising by 10 % per call, so the summary's mean is checkable.
 """
 
+import importlib.util
 import os
+import sys
 import time
 
 import pytest
@@ -78,3 +80,104 @@ def test_rocm_smi_json():
                        "mem_total_mib": 65520.0, "power_w": 92.0, "temp_c": 41.0}
     assert gpus[1]["mem_used_mib"] == 0.0 and gpus[1]["mem_total_mib"] == 65520.0 and gpus[1]["power_w"] is None
     assert len(gpus) == 2
+
+
+# A stand-in for AMD's `amdsmi` Python bindings (no AMD GPU and no libamd_smi.so here). Function names, enum
+# names, exception class and the shapes of the returned values are those of amdsmi 7.0.2's
+# amdsmi_interface.py (PyPI wheel; AMD SMI Python API reference): dicts with "N/A" for an unsupported reading,
+# VRAM in MB, power in W, temperatures as int. Values are those of a LUMI-G node's two MI250X GCDs.
+STAND_IN_AMDSMI = '''
+import enum
+
+class AmdSmiException(Exception):
+    pass
+
+class AmdSmiLibraryException(AmdSmiException):
+    pass
+
+class AmdSmiTemperatureType(enum.IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+
+class AmdSmiTemperatureMetric(enum.IntEnum):
+    CURRENT = 0
+    MAX = 1
+
+FAIL_INIT = False
+CALLS = []
+
+def amdsmi_init(flag=None):
+    CALLS.append("init")
+    if FAIL_INIT:
+        raise AmdSmiLibraryException("Error code: 8 | AMDSMI_STATUS_INIT_ERROR")
+
+def amdsmi_shut_down():
+    CALLS.append("shut_down")
+
+def amdsmi_get_processor_handles():
+    return ["handle-0", "handle-1"]
+
+def amdsmi_get_gpu_activity(handle):
+    return {"gfx_activity": 87 if handle == "handle-0" else 0, "umc_activity": 12, "mm_activity": "N/A"}
+
+def amdsmi_get_gpu_vram_usage(handle):
+    return {"vram_total": 65520, "vram_used": 8192 if handle == "handle-0" else 10}
+
+def amdsmi_get_power_info(handle):
+    if handle == "handle-1":
+        raise AmdSmiLibraryException("Error code: 2 | AMDSMI_STATUS_NOT_SUPPORTED")
+    return {"socket_power": 0, "current_socket_power": "N/A", "average_socket_power": 92, "gfx_voltage": "N/A",
+            "soc_voltage": "N/A", "mem_voltage": "N/A", "power_limit": 500}
+
+def amdsmi_get_temp_metric(handle, sensor_type, metric):
+    if not isinstance(sensor_type, AmdSmiTemperatureType) or not isinstance(metric, AmdSmiTemperatureMetric):
+        raise TypeError("the real bindings raise AmdSmiParameterException for a plain int")
+    return {AmdSmiTemperatureType.EDGE: 38, AmdSmiTemperatureType.HOTSPOT: 41}[sensor_type]
+
+def amdsmi_get_gpu_asic_info(handle):
+    return {"market_name": "AMD Instinct MI250X", "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc.",
+            "device_id": "0x740c", "target_graphics_version": "gfx90a"}
+'''
+
+
+@pytest.fixture
+def stand_in_amdsmi(tmp_path, monkeypatch):
+    """The stand-in `amdsmi` first on sys.path (and no real one imported before); pynvml finds no driver."""
+    (tmp_path / "amdsmi").mkdir()
+    (tmp_path / "amdsmi" / "__init__.py").write_text(STAND_IN_AMDSMI)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    monkeypatch.setattr(gpu_monitor, "_read_pynvml", lambda: None)
+    yield
+    sys.modules.pop("amdsmi", None)
+
+
+def test_amdsmi_bindings_come_after_pynvml_and_before_the_tools(stand_in_amdsmi, stand_in_nvidia_smi):
+    import amdsmi
+
+    source, gpus = gpu_monitor.read_gpus()
+    assert source == "amdsmi"  # the nvidia-smi stand-in on PATH is not asked
+    assert gpus[0] == {"index": 0, "name": "AMD Instinct MI250X", "util_pct": 87.0, "mem_used_mib": 8192.0,
+                       "mem_total_mib": 65520.0, "power_w": 92.0, "temp_c": 41.0}
+    assert gpus[1]["util_pct"] == 0.0 and gpus[1]["power_w"] is None  # a reading the GPU does not support
+    assert amdsmi.CALLS == ["init", "shut_down"]
+
+
+def test_amdsmi_init_failure_falls_back_to_the_tools(stand_in_amdsmi, stand_in_nvidia_smi):
+    import amdsmi
+
+    amdsmi.FAIL_INIT = True  # e.g. libamd_smi.so present but no amdgpu driver on this node
+    source, gpus = gpu_monitor.read_gpus()
+    assert source == "nvidia-smi" and len(gpus) == 2
+
+
+def test_real_amdsmi_without_its_library_falls_back_quietly(monkeypatch, capsys):
+    """The real `amdsmi` package (test extra) without libamd_smi.so on this machine: its import fails (after
+    printing to stdout); the reader returns None and nothing reaches this process's output."""
+    if importlib.util.find_spec("amdsmi") is None:  # find_spec does not run the package (importorskip would)
+        pytest.skip("needs the amdsmi package (bash scripts/install.sh test)")
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    assert gpu_monitor._read_amdsmi() is None
+    assert capsys.readouterr().out == ""
