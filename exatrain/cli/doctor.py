@@ -19,7 +19,7 @@ from exatrain.distributed import all_gather_objects, init_distributed, teardown
 from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
-from exatrain.errors import ExatrainError
+from exatrain.errors import ConfigError, ExatrainError
 from exatrain.observe import doctor
 
 
@@ -57,6 +57,9 @@ def _may_use_nccl(device: str) -> bool:
 
 
 def _checks(env, args, nccl_log: Path | None) -> int:
+    sizes = doctor.sweep_sizes(doctor.parse_size(args.max_size))  # bad input fails before the group is joined
+    if args.iters < 1:
+        raise ConfigError(f"--iters {args.iters}: the sweep needs at least one timed call per size", "use --iters 5")
     ctx = init_distributed(env, args.device, "auto", args.timeout)  # joining the group proves the master reachable
     try:
         check_affinity(ctx, JobConfig(profile=args.profile) if args.profile else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
@@ -65,8 +68,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         report["links"] = doctor.gpu_links() if ctx.local_rank == 0 else None
         sweep = []
         if ctx.world_size > 1:
-            sweep = doctor.bus_bandwidth_sweep(doctor.sweep_sizes(doctor.parse_size(args.max_size)), ctx.device,
-                                               iters=args.iters)
+            sweep = doctor.bus_bandwidth_sweep(sizes, ctx.device, iters=args.iters)
         elif ctx.device.type == "cuda":
             init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None

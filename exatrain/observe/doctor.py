@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from exatrain.errors import ConfigError
+
 HIGH_SPEED_PREFIXES = ("hsn", "ib")  # Slingshot (LUMI), InfiniBand (JSC)
 PLUGIN_PATTERNS = ("libnccl-net*.so*", "librccl-net*.so*")
 KIB = 1024
@@ -30,7 +32,8 @@ def parse_size(text: str) -> int:
     """Bytes of a size like 256MiB, 64KiB, 1GiB or 4096."""
     m = re.fullmatch(r"\s*(\d+)\s*(|B|KiB|MiB|GiB|K|M|G)\s*", text)
     if not m:
-        raise ValueError(f"size {text!r}: expected e.g. 4096, 64KiB, 256MiB, 1GiB")
+        raise ConfigError(f"size {text!r}: expected a number of bytes with an optional unit B, KiB, MiB or GiB",
+                          "use e.g. --max-size 64KiB or --max-size 256MiB")
     unit = {"": 1, "B": 1, "K": KIB, "KiB": KIB, "M": KIB**2, "MiB": KIB**2, "G": KIB**3, "GiB": KIB**3}[m.group(2)]
     return int(m.group(1)) * unit
 

@@ -23,3 +23,25 @@ def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL: rank 0 on " in r.stdout and "cache directory /proc is not writable" in r.stdout
     assert "HINT: " in r.stdout and "doctor: 1 check(s) failed" in r.stdout
+
+
+def test_failed_check_under_nproc_prints_the_doctor_and_no_launcher_traceback(exatrain_cli):
+    """Under --nproc the workers run inside torchrun's agent: a failed check must end with the doctor's table,
+    FAIL and HINT lines and exit 1, not with the agent's report of failed workers."""
+    r = exatrain_cli("doctor", "--nproc=2", "--max-size=4KiB", "--iters=1", "--cache-dir=/proc")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "exatrain doctor: 2 rank(s) on 1 node(s), backend gloo" in r.stdout
+    assert r.stdout.count("cache directory /proc is not writable") == 2  # rank 0 and rank 1
+    assert "HINT: point data.cache_dir" in r.stdout and "doctor: 2 check(s) failed" in r.stdout
+    for launcher_noise in ("Traceback", "ChildFailedError", "exatrain: error", "failed with exit code", "--max-restarts",
+                           "failed (exitcode"):
+        assert launcher_noise not in out, out
+
+
+def test_bad_input_under_nproc_is_one_error_with_a_hint(exatrain_cli):
+    r = exatrain_cli("doctor", "--nproc=2", "--max-size=1TB")
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert "exatrain: error: size '1TB'" in r.stderr and "HINT: use e.g. --max-size 64KiB" in r.stderr
+    assert "Traceback" not in out and "failed with exit code" not in out and "failed (exitcode" not in out

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from exatrain.distributed import nccl_debug
+from exatrain.errors import ConfigError
 from exatrain.observe import doctor
 
 # NVIDIA/nccl-tests#185: NCCL 2.19.3, its own IB transport over RoCE, no plugin
@@ -165,8 +166,9 @@ def test_interfaces_plugins_and_sizes(tmp_path):
     assert doctor.parse_size("256MiB") == 256 * 2**20 and doctor.parse_size("4096") == 4096
     assert doctor.sweep_sizes(2**20) == [1024, 4096, 16384, 65536, 262144, 1048576]
     assert doctor.writable(tmp_path) and not doctor.writable("/proc")
-    with pytest.raises(ValueError, match="size '1TB'"):
+    with pytest.raises(ConfigError, match="size '1TB'") as bad:
         doctor.parse_size("1TB")
+    assert "--max-size 256MiB" in bad.value.hint
 
 
 def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch):
@@ -191,7 +193,8 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cli_doctor, "_may_use_nccl", lambda device: True)
     monkeypatch.setattr(cli_doctor, "init_distributed", record)
-    args = argparse.Namespace(nccl_log_dir=str(tmp_path / "nccl"), device="auto", timeout=5.0, verdict_dir="")
+    args = argparse.Namespace(nccl_log_dir=str(tmp_path / "nccl"), device="auto", timeout=5.0, verdict_dir="",
+                              max_size="4KiB", iters=1)
     with pytest.raises(Stop):
         cli_doctor.doctor_here(detect_environment({}), args)
     assert seen == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
