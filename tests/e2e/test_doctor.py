@@ -39,7 +39,7 @@ def test_failed_check_under_nproc_prints_the_doctor_and_no_launcher_traceback(ex
         assert launcher_noise not in out, out
 
 
-def test_bad_input_under_nproc_is_one_error_with_a_hint(exatrain_cli):
+def test_bad_input_under_nproc_is_an_error_with_a_hint(exatrain_cli):
     r = exatrain_cli("doctor", "--nproc=2", "--max-size=1TB")
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
