@@ -4,6 +4,7 @@
 #   bash scripts/install.sh test     # plus what the tests need (Python side)
 #   bash scripts/install.sh test,examples   # plus the examples' packages (torchvision, transformers)
 #   bash scripts/install.sh deepspeed  # plus DeepSpeed (extras combine: test,deepspeed,horovod)
+#   bash scripts/install.sh amd        # plus AMD's amdsmi bindings for the GPU monitor (needs ROCm's libamd_smi.so)
 #   bash scripts/install.sh horovod    # plus Horovod 0.28.1 built for this torch (scripts/build_horovod.sh:
 #                                      # ~8 min on 2 cores the first time, then a cached wheel)
 # torch: if the venv cannot import torch yet, installs $TORCH_SPEC (default torch==2.13.0, the CPU wheel

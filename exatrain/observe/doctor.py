@@ -191,6 +191,6 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None = None)
 
 
 def rank_list(reports: list[dict]) -> str:
-    """"0, 1, 5" (and how many more) for a problem shared by many ranks."""
+    """The ranks of `reports` as "0, 1, 5" (the first eight, then how many more)."""
     ranks = [str(r["rank"]) for r in reports]
     return ", ".join(ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
