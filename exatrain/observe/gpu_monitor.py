@@ -9,6 +9,7 @@ needs libamd_smi.so of ROCm on the node), else the machine-readable output of `n
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import shutil
@@ -85,13 +86,26 @@ def _read_pynvml() -> list[dict] | None:
     return gpus
 
 
-def _read_amdsmi() -> list[dict] | None:
-    """AMD GPUs through AMD's `amdsmi` bindings; None where the package, its libamd_smi.so or the driver is
-    missing. (The bindings print to stdout when the library is missing: kept out of the table and the logs.)"""
+@functools.cache
+def amdsmi_module():
+    """AMD's `amdsmi` bindings, imported once; None where the package or its libamd_smi.so is missing.
+
+    Without the library the package prints two lines to stdout and then fails; they are kept out of the
+    output by swapping sys.stdout, which is process-wide: so the import happens here once, and GpuMonitor
+    calls this in the thread that creates it, never on its sampling thread while the trainer prints."""
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             import amdsmi
     except Exception:  # noqa: BLE001 - ImportError, or the package's own failure to load libamd_smi.so
+        return None
+    return amdsmi
+
+
+def _read_amdsmi() -> list[dict] | None:
+    """AMD GPUs through AMD's `amdsmi` bindings; None where the package, its libamd_smi.so or the driver is
+    missing."""
+    amdsmi = amdsmi_module()
+    if amdsmi is None:
         return None
     try:
         amdsmi.amdsmi_init()
@@ -171,6 +185,7 @@ class GpuMonitor:
         self.path = Path(run_dir) / "monitor" / f"{self.host}.jsonl"
         self.interval_s = interval_s
         self._stop = threading.Event()
+        amdsmi_module()  # imported here, not on the sampling thread (see amdsmi_module)
         self._thread = threading.Thread(target=self._run, name="exatrain-gpu-monitor", daemon=True)
 
     def start(self) -> "GpuMonitor":

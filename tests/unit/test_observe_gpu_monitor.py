@@ -150,8 +150,10 @@ def stand_in_amdsmi(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
     monkeypatch.setattr(gpu_monitor, "_read_pynvml", lambda: None)
+    gpu_monitor.amdsmi_module.cache_clear()
     yield
     sys.modules.pop("amdsmi", None)
+    gpu_monitor.amdsmi_module.cache_clear()
 
 
 def test_amdsmi_bindings_come_after_pynvml_and_before_the_tools(stand_in_amdsmi, stand_in_nvidia_smi):
@@ -179,5 +181,10 @@ def test_real_amdsmi_without_its_library_falls_back_quietly(monkeypatch, capsys)
     if importlib.util.find_spec("amdsmi") is None:  # find_spec does not run the package (importorskip would)
         pytest.skip("needs the amdsmi package (bash scripts/install.sh test)")
     monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
-    assert gpu_monitor._read_amdsmi() is None
+    gpu_monitor.amdsmi_module.cache_clear()
+    try:
+        assert gpu_monitor._read_amdsmi() is None
+        assert gpu_monitor.amdsmi_module.cache_info().currsize == 1  # tried once, not on every sample
+    finally:
+        gpu_monitor.amdsmi_module.cache_clear()
     assert capsys.readouterr().out == ""
