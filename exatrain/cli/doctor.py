@@ -41,14 +41,18 @@ def doctor_here(env, args) -> int:
 
 
 def _doctor(env, args) -> int:
-    own_dir = not args.nccl_log_dir
+    if args.nccl_log and not Path(args.nccl_log).is_file():
+        raise ConfigError(f"--nccl-log {args.nccl_log}: no such file", "give the file an NCCL_DEBUG=INFO run wrote, "
+                          "or leave --nccl-log out (the doctor's GPU ranks log NCCL's set-up themselves)")
+    if not _may_use_nccl(args.device):
+        return _checks(env, args, None)
     log_dir = Path(args.nccl_log_dir or tempfile.mkdtemp(prefix="exatrain-doctor-nccl-"))
-    # NCCL reads its debug variables at its first communicator: set before the group exists (gloo ignores them)
-    nccl_log = enable_nccl_debug_log(log_dir, env.global_rank) if _may_use_nccl(args.device) else None
+    # NCCL reads its debug variables at its first communicator: set before the group exists
+    nccl_log = enable_nccl_debug_log(log_dir, env.global_rank)
     try:
         return _checks(env, args, nccl_log)
     finally:
-        if own_dir:
+        if not args.nccl_log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 
 

@@ -23,6 +23,9 @@ def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL: rank 0 on " in r.stdout and "cache directory /proc is not writable" in r.stdout
     assert "HINT: " in r.stdout and "doctor: 1 check(s) failed" in r.stdout
+    r = exatrain_cli("doctor", "--nproc=1", "--nccl-log=missing.log")
+    assert r.returncode == 2 and "exatrain: error: --nccl-log missing.log: no such file" in r.stderr, r.stderr
+    assert "HINT: " in r.stderr and "Traceback" not in r.stderr
 
 
 def test_failed_check_under_nproc_prints_the_doctor_and_no_launcher_traceback(exatrain_cli):

@@ -193,7 +193,7 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cli_doctor, "_may_use_nccl", lambda device: True)
     monkeypatch.setattr(cli_doctor, "init_distributed", record)
-    args = argparse.Namespace(nccl_log_dir=str(tmp_path / "nccl"), device="auto", timeout=5.0, verdict_dir="",
+    args = argparse.Namespace(nccl_log_dir=str(tmp_path / "nccl"), nccl_log="", device="auto", timeout=5.0, verdict_dir="",
                               max_size="4KiB", iters=1)
     with pytest.raises(Stop):
         cli_doctor.doctor_here(detect_environment({}), args)
