@@ -147,5 +147,6 @@ def _nccl_lines(reports) -> list[str]:
     lines = []
     for (network, plugin), ranks in setups.items():
         said = f"{network}, plugin {plugin}" if network and plugin else network or "not in the log"
-        lines.append(f"NCCL network (each GPU rank's NCCL_DEBUG=INFO log): {said}, on rank(s) {doctor.rank_list(ranks)}")
+        lines.append(f"NCCL network (each GPU rank's NCCL_DEBUG=INFO log): {said}, "
+                     f"on rank(s) {doctor.rank_list(ranks)}")
     return lines

@@ -1,7 +1,8 @@
 """GPU monitoring per node: a background sampler writing RUN_DIR/monitor/HOST.jsonl, and its summary.
 
 Readers, first that works: the vendors' Python bindings (nvidia-ml-py's `pynvml`, then AMD's `amdsmi`, which
-needs libamd_smi.so of ROCm on the node), else the machine-readable output of `nvidia-smi` or `rocm-smi`. Each sample is one JSON line
+needs libamd_smi.so of ROCm on the node), else the machine-readable output of `nvidia-smi` or `rocm-smi`.
+Each sample is one JSON line
 {"time": unix seconds, "host": ..., "gpus": [{"index", "name", "util_pct", "mem_used_mib", "mem_total_mib",
 "power_w", "temp_c"}, ...]}. No GPU and no tool: no samples, no file.
 """
@@ -128,10 +129,9 @@ def _amd_gpu(amdsmi, index: int, handle) -> dict:
     temp = _optional(lambda: amdsmi.amdsmi_get_temp_metric(handle, amdsmi.AmdSmiTemperatureType.HOTSPOT,
                                                             amdsmi.AmdSmiTemperatureMetric.CURRENT))
     name = _optional(lambda: amdsmi.amdsmi_get_gpu_asic_info(handle)["market_name"])
-    return {"index": index, "name": name or "", "util_pct": _number(amdsmi.amdsmi_get_gpu_activity(handle)["gfx_activity"]),
-            "mem_used_mib": _number(vram["vram_used"]), "mem_total_mib": _number(vram["vram_total"]),
-            "power_w": _amd_watts(power),
-            "temp_c": _number(temp)}
+    util = amdsmi.amdsmi_get_gpu_activity(handle)["gfx_activity"]
+    return {"index": index, "name": name or "", "util_pct": _number(util), "mem_used_mib": _number(vram["vram_used"]),
+            "mem_total_mib": _number(vram["vram_total"]), "power_w": _amd_watts(power), "temp_c": _number(temp)}
 
 
 def _amd_watts(power: dict) -> float | None:
