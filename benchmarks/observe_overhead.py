@@ -3,10 +3,11 @@
 
 One process, one Trainer (same model, data, optimizer); both sides run the trainer's own step pieces,
 the ON side wrapped as Trainer.fit wraps them. Repetitions are interleaved (A B, B A, ...) so machine noise
-hits both alike; the result is the ratio of median step times (on / off). Goal: <= 1.01.
+hits both alike; the result is the ratio of median step times (on / off), by wall time and by the process's
+CPU time, which counts the writer's and the sampler's threads too (benchmarks/clock.py). Goal: <= 1.01.
 Without a GPU the sampler finds no GPU tool and its thread ends at once (say so next to any figure).
 
-    .venv/bin/python benchmarks/observe_overhead.py [--size small] [--steps 20] [--reps 7] [--log-every 10]
+    .venv/bin/python -m benchmarks.observe_overhead [--size small] [--steps 20] [--reps 7] [--log-every 10]
 
 (The Trainer catches SIGTERM as a pre-timeout signal: stop a run with Ctrl-C or SIGKILL.)
 """
@@ -14,13 +15,12 @@ Without a GPU the sampler finds no GPU tool and its thread ends at once (say so 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.clock import now, report
 from exatrain.config import load_config
 from exatrain.distributed import init_distributed
 from exatrain.env import detect_environment
@@ -57,10 +57,10 @@ def on_side(trainer, metrics: StepMetrics, log: MetricsFanout, tokens: float, sa
 
 
 def timed(step, n: int) -> float:
-    t0 = time.perf_counter()
+    t0 = now()
     for _ in range(n):
         step()
-    return (time.perf_counter() - t0) / n
+    return (now() - t0) / n
 
 
 def main():
@@ -93,14 +93,10 @@ def main():
                 times[name].append(timed(sides[name], a.steps))
         monitor.stop()
         log.close()
-        med = {k: statistics.median(v) for k, v in times.items()}
         print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, log every "
               f"{a.log_every}, tensorboard {'on' if tensorboard_available() else 'NOT INSTALLED'}, torch "
               f"{torch.__version__}, {torch.get_num_threads()} threads")
-        for k in sides:
-            print(f"  {k:4s} median step {med[k] * 1000:8.2f} ms  (all: {', '.join(f'{t * 1000:.1f}' for t in times[k])})")
-        print(f"ratio on/off = {med['on'] / med['off']:.3f}  (goal <= 1.01)")
-
+        print(report(times, "on", "off", "goal <= 1.01"))
 
 if __name__ == "__main__":
     main()

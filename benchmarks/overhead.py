@@ -8,21 +8,21 @@ one `fit()` call running `--steps` more steps; the per-fit costs (banner, final 
 weights digest) are measured by a `fit()` call running no step in the same repetition and subtracted.
 The progress lines are switched off (both sides keep the loss; exatrain also writes its metrics records).
 Repetitions are interleaved (A B, B A, ...) so machine noise hits both alike; the result is the ratio of
-median step times (exatrain / plain). Goal: <= 1.02.
+median step times (exatrain / plain), by wall time and by the process's CPU time (benchmarks/clock.py: the
+latter stays meaningful on a shared machine). Goal: <= 1.02.
 
-    .venv/bin/python benchmarks/overhead.py [--size small] [--steps 20] [--reps 7]
+    .venv/bin/python -m benchmarks.overhead [--size small] [--steps 20] [--reps 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import tempfile
-import time
 
 import torch
 
+from benchmarks.clock import Span, now, report
 from exatrain.config import load_config
 from exatrain.data import make_batch
 from exatrain.distributed import init_distributed, seed_everything
@@ -56,13 +56,13 @@ def plain_loop(cfg, corpus, batches, log):
     return step
 
 
-def fit_block(trainer, steps: int) -> float:
-    """Wall time of one `fit()` call that runs `steps` more steps (0: only the per-fit costs)."""
+def fit_block(trainer, steps: int) -> Span:
+    """Wall and CPU time of one `fit()` call that runs `steps` more steps (0: only the per-fit costs)."""
     trainer.cfg = dataclasses.replace(trainer.cfg, train=dataclasses.replace(trainer.cfg.train,
                                                                              steps=trainer.step + steps))
-    t0 = time.perf_counter()
+    t0 = now()
     trainer.fit()
-    return time.perf_counter() - t0
+    return now() - t0
 
 
 def exatrain_loop(trainer):
@@ -74,10 +74,10 @@ def exatrain_loop(trainer):
 
 
 def timed(step, start, n):
-    t0 = time.perf_counter()
+    t0 = now()
     for i in range(start, start + n):
         step(i)
-    return (time.perf_counter() - t0) / n
+    return (now() - t0) / n
 
 
 def plain_block(step):
@@ -113,14 +113,10 @@ def main():
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))
             for name in order:
                 times[name].append(sides[name](rep * a.steps, a.steps))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ratio = med["exatrain"] / med["plain"]
         print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side "
               "(exatrain: whole fit() steps), "
               f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-        for k in sides:
-            print(f"  {k:9s} median step {med[k] * 1000:8.2f} ms  (all: {', '.join(f'{t * 1000:.1f}' for t in times[k])})")
-        print(f"ratio exatrain/plain = {ratio:.3f}  (goal <= 1.02)")
+        print(report(times, "exatrain", "plain", "goal <= 1.02"))
 
 
 if __name__ == "__main__":
