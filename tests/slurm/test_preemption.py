@@ -150,6 +150,7 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     assert abs(got[150] - want[150]) <= 1e-5
 
 
+SRUN_STEPS = 80  # fewer than the tests above: the signal comes at step 10, ~15 s before the end here
 SRUN_JOB = """[job]
 nodes = 2
 time = 10
@@ -160,7 +161,7 @@ command = {command}
 [job.env]
 OMP_NUM_THREADS = "1"
 [train]
-steps = 150
+steps = {steps}
 log_every = 1
 eval_every = 0
 eval_batches = 4
@@ -187,11 +188,11 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     rank = ["env", f"PATH={venv_bin}", sys.executable, "-m", "exatrain.cli.main", "train",
             f"--config={run.parent / 'nosc.toml'}", f"--run.dir={run}"]
     config = tmp_path / "job.toml"
-    config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank)))
+    config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=SRUN_STEPS))
     r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
-    _poll("training to reach step 15", lambda: _last_step(run / "metrics.jsonl") >= 15, 300)
+    _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
     assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
@@ -201,15 +202,17 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     assert out.count(f"exatrain job {job} ") == 2, out  # the batch script ran twice: requeued once
     assert slurm_cluster.job_info(job)[0].get("Restarts") == "1"
     assert "signal SIGUSR2: checkpointing at step" in out, out
+    assert 10 <= int(out.split("checkpointing at step ")[1].split()[0]) < SRUN_STEPS
     assert "scontrol not found" in out and "(exit code 75)" in out, out  # the ranks could not requeue
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
 
     ref = tmp_path / "reference"
-    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
+    args = [a if not a.startswith("--train.steps=") else f"--train.steps={SRUN_STEPS}" for a in ARGS]
+    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *args], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     records = [m for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"]
     want = {m["step"]: m for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
-    assert [m["step"] for m in records] == list(range(1, 151)), "every step recorded exactly once, in order"
-    assert abs(records[-1]["loss"] - want[150]["loss"]) <= 1e-5
-    assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, 151)]
+    assert [m["step"] for m in records] == list(range(1, SRUN_STEPS + 1)), "every step once, in order"
+    assert abs(records[-1]["loss"] - want[SRUN_STEPS]["loss"]) <= 1e-5
+    assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, SRUN_STEPS + 1)]
