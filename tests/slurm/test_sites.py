@@ -25,6 +25,12 @@ from exatrain.launch.submit import Prepared, check_schedulable
 pytestmark = pytest.mark.slurm
 
 RUN_DIR = "/scratch/project/runs/exp"
+
+
+@pytest.fixture(autouse=True)
+def _site_nodes(slurm_cluster):
+    if not slurm_cluster.site_nodes:
+        pytest.skip("the testbed was started without its site-shaped nodes (STB_SITES=0)")
 # Profiles without [[partitions]] name the site's default partition (""): the testbed's generic nodes stand in.
 GENERIC = "generic"
 
