@@ -29,6 +29,9 @@ _REJECTIONS = {
         "node as the partition has (see `sinfo -p PARTITION -o '%D %c %m %G'`); job.nodes, job.gpus_per_node, "
         "job.cpus_per_task and job.mem_per_gpu_gb set them",
     "Node count specification invalid": "job.nodes exceeds the nodes of the partition (sinfo -p PARTITION)",
+    # what a site with EnforcePartLimits=ALL answers for more nodes or cores than the partition has
+    "More processors requested than permitted": "ask for at most the partition's nodes and cores (sinfo -p "
+        "PARTITION -o '%D %c'); job.nodes, job.gpus_per_node and job.cpus_per_task set them",
     "Invalid account": "set job.account to a project you belong to (sacctmgr show assoc user=$USER)",
     "invalid partition": "set job.partition to a partition of this cluster (sinfo -s)",
     "Invalid qos": "set job.qos to one allowed for your account, or leave it empty",

@@ -8,8 +8,11 @@ Needs root, ``unshare --uts`` and Debian's slurm-wlm packages (up.sh installs th
 apt-get when missing). Where that is impossible the tests are skipped, unless ``CI`` is
 set (CI=true): there they fail, because CI must really run them.
 
+Besides node1..nodeN (default partition ``debug``) the testbed has site-shaped nodes and partitions
+(testbed/sites.conf: LUMI-G, JUWELS Booster, JURECA-DC, generic) for ``sbatch --test-only``.
+
 Environment knobs: STB_NODES / STB_CPUS / STB_GPUS / STB_MEM_MB / STB_CTLD_PORT /
-STB_NODE_PORT0 (passed on to up.sh), EXATRAIN_SLURM_TMP (parent of the state dir, default
+STB_NODE_PORT0 / STB_SITES (default 1 here; passed on to up.sh), EXATRAIN_SLURM_TMP (parent of the state dir, default
 /tmp), EXATRAIN_SLURM_KEEP=1 (keep the state dir and its logs even when all tests passed),
 EXATRAIN_SLURM_LOCK_TIMEOUT (seconds to wait for another session's testbed, default 900).
 """
@@ -86,8 +89,10 @@ def _tail(path: Path, lines: int = 40) -> str:
 class SlurmCluster:
     """Handle on the running testbed. All commands run with :attr:`env` (SLURM_CONF set)."""
 
-    def __init__(self, state_dir: Path, nodes: list[str], gpus_per_node: int, cpus_per_node: int):
+    def __init__(self, state_dir: Path, nodes: list[str], gpus_per_node: int, cpus_per_node: int,
+                 site_nodes: list[str] | None = None):
         self.state_dir = state_dir
+        self.site_nodes = site_nodes or []  # sites.conf's nodes (only in the site partitions)
         self.conf = state_dir / "etc" / "slurm.conf"
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -225,6 +230,7 @@ def slurm_cluster(request: pytest.FixtureRequest):
     state = base / "state"
     env = {k: v for k, v in os.environ.items() if not _FOREIGN_ENV.match(k)}
     env.update(STB_STATE=str(state), STB_REPLACE="1")  # we hold the lock: any other testbed is stale
+    env.setdefault("STB_SITES", "1")
     up_log, down_log = base / "up.log", base / "down.log"
     started = False
     keep_reason: str | None = "the testbed did not start"
@@ -260,7 +266,8 @@ def slurm_cluster(request: pytest.FixtureRequest):
         nodes = [f"node{i}" for i in range(1, int((state / "run" / "nodes").read_text()) + 1)]
         gpus = int((state / "run" / "gpus").read_text())
         cpus = int((state / "run" / "cpus").read_text())
-        cluster = SlurmCluster(state, nodes, gpus, cpus)
+        sites = (state / "run" / "site_nodes").read_text().split()
+        cluster = SlurmCluster(state, nodes, gpus, cpus, sites)
         print(f"\nSLURM testbed up in {time.monotonic() - t0:.1f} s: {cluster}", file=sys.stderr)
         yield cluster
         keep_reason = "tests failed" if request.session.testsfailed else None

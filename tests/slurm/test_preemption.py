@@ -9,6 +9,7 @@ deterministic). Requeued jobs are held ~2 minutes by SLURM (EligibleTime): the t
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,71 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     want = {m["step"]: m["loss"] for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
     assert sorted(got) == list(range(1, 151))
     assert abs(got[150] - want[150]) <= 1e-5
+
+
+SRUN_STEPS = 80  # fewer than the tests above: the signal comes at step 10, ~15 s before the end here
+SRUN_JOB = """[job]
+nodes = 2
+time = 10
+profile = "{profile}"
+launch = "srun"
+signal = "USR2@60"
+command = {command}
+[job.env]
+OMP_NUM_THREADS = "1"
+[train]
+steps = {steps}
+log_every = 1
+eval_every = 0
+eval_batches = 4
+eval_at_start = false
+global_batch_size = 32
+micro_batch_size = 8
+[data]
+seq_len = 64
+"""
+
+
+def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(slurm_cluster, tmp_path):
+    """exatrain's own srun-mode script, unedited; the ranks run with PATH holding only the venv's bin (as in a
+    container without SLURM's tools), the batch shell keeps its PATH. On USR2 every rank finishes its step,
+    rank 0 checkpoints, finds no scontrol and every rank exits 75; the batch script sees 75 and requeues; the
+    requeued job resumes and ends like the uninterrupted reference."""
+    from tests.slurm.test_submit import PROFILE, _exatrain
+
+    profile = tmp_path / "testbed.toml"
+    profile.write_text(PROFILE.format(visibility="gpus-per-task"))
+    run = tmp_path / "runs" / "nosc"
+    venv_bin = Path(sys.executable).parent
+    assert not (venv_bin / "scontrol").exists()
+    rank = ["env", f"PATH={venv_bin}", sys.executable, "-m", "exatrain.cli.main", "train",
+            f"--config={run.parent / 'nosc.toml'}", f"--run.dir={run}"]
+    config = tmp_path / "job.toml"
+    config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=SRUN_STEPS))
+    r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = r.stdout.split("submitted job ")[1].split()[0]
+    _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
+    assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
+    _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
+    slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+    assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
+
+    out = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
+    assert out.count(f"exatrain job {job} ") == 2, out  # the batch script ran twice: requeued once
+    assert slurm_cluster.job_info(job)[0].get("Restarts") == "1"
+    assert "signal SIGUSR2: checkpointing at step" in out, out
+    assert 10 <= int(out.split("checkpointing at step ")[1].split()[0]) < SRUN_STEPS
+    assert "scontrol not found" in out and "(exit code 75)" in out, out  # the ranks could not requeue
+    assert "resumed from" in out, out
+    assert not (run / "requeue-requested").exists()
+
+    ref = tmp_path / "reference"
+    args = [a if not a.startswith("--train.steps=") else f"--train.steps={SRUN_STEPS}" for a in ARGS]
+    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *args], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    records = [m for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"]
+    want = {m["step"]: m for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
+    assert [m["step"] for m in records] == list(range(1, SRUN_STEPS + 1)), "every step once, in order"
+    assert abs(records[-1]["loss"] - want[SRUN_STEPS]["loss"]) <= 1e-5
+    assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, SRUN_STEPS + 1)]

@@ -169,6 +169,7 @@ def test_test_only_rejects_impossible_request(slurm_cluster, tmp_path):
                   cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "exatrain: error: SLURM would not schedule the job:" in r.stderr and "HINT:" in r.stderr
+    assert "job.nodes" in r.stderr.split("HINT:")[1], r.stderr  # the reason mapped to what to change
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "r.sbatch").exists()  # nothing written, nothing queued
 

@@ -70,6 +70,10 @@ def test_test_only_accepts_and_rejects(tmp_path):
     with pytest.raises(ExatrainError, match="would not schedule the job: Batch job submission failed") as e:
         check_schedulable(job, bad)
     assert "sinfo" in e.value.hint and "job.nodes" in e.value.hint
+    limits = FakeRunner(sbatch=(1, "", "allocation failure: More processors requested than permitted\n"))
+    with pytest.raises(ExatrainError, match="More processors requested than permitted") as e:
+        check_schedulable(job, limits)
+    assert "partition's nodes and cores" in e.value.hint and "job.nodes" in e.value.hint
 
 
 def test_status_running_finished_and_unknown():

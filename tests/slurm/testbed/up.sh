@@ -11,6 +11,8 @@
 #   STB_NODES=2  STB_CPUS=2  STB_MEM_MB=4000  STB_GPUS=4 (per node, 0 = no gres)
 #   STB_CTLD_PORT=16817  STB_NODE_PORT0=17101 (node I uses STB_NODE_PORT0+I-1)
 #   STB_REPLACE=1  also stop a testbed still running from ANOTHER state dir
+#   STB_SITES=1    also start the site-shaped nodes and partitions of sites.conf (LUMI-G, JUWELS Booster,
+#                  JURECA-DC, a generic GPU cluster): hardware counts declared, for sbatch --test-only
 #                  (the pytest fixture sets it: it holds a lock, so any other one is stale)
 # Exit status: 0 ready, 2 this machine cannot host the testbed (not root, no UTS
 # namespaces, packages cannot be installed, no mknod), 1 anything else.
@@ -25,6 +27,7 @@ MEM=${STB_MEM_MB:-4000}
 GPUS=${STB_GPUS:-4}
 CTLD_PORT=${STB_CTLD_PORT:-16817}
 NODE_PORT0=${STB_NODE_PORT0:-17101}
+SITES=${STB_SITES:-0}
 REGISTRY=/run/exatrain-slurm-testbed.state   # state dir of the testbed started last
 
 T0=$(date +%s%N)
@@ -49,6 +52,33 @@ wait_for() { # wait_for <seconds> <what> <command...>
 [[ "$STATE" == /*/* ]] || die "STB_STATE must be an absolute path at least two levels deep (it gets wiped)"
 [[ "$NODES" =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 200)) || die "STB_NODES must be 1..200"
 [[ "$GPUS" =~ ^[0-9]+$ ]] || die "STB_GPUS must be a number"
+
+# Site-shaped nodes (sites.conf): node J of them is 127.0.1.(200+J) on port NODE_PORT0+NODES+J-1.
+SITE_NODES=()      # names: lumi1 lumi2 jwb1 ...
+SITE_LINES=""      # NodeName lines, then the partitions, for slurm.conf
+SITE_GRES=""       # gres.conf lines
+SITE_GPUS=0        # most GPUs of any site node (device files to create)
+if [ "$SITES" = 1 ]; then
+  while read -r kind prefix count gpus attrs; do
+    [ "$kind" = NODE ] || continue
+    range="$prefix[1-$count]"; ((count == 1)) && range="${prefix}1"
+    for ((k = 1; k <= count; k++)); do
+      j=$((${#SITE_NODES[@]} + 1))
+      SITE_NODES+=("$prefix$k")
+      SITE_LINES+="NodeName=$prefix$k NodeAddr=127.0.1.$((200 + j)) Port=$((NODE_PORT0 + NODES + j - 1)) $attrs"
+      ((gpus > 0)) && SITE_LINES+=" Gres=gpu:$gpus"
+      SITE_LINES+=$' State=UNKNOWN\n'
+    done
+    if ((gpus > 0)); then
+      files="@STATE@/dev/site-gpu0"; ((gpus > 1)) && files="@STATE@/dev/site-gpu[0-$((gpus - 1))]"
+      SITE_GRES+="NodeName=$range Name=gpu File=$files"$'\n'
+      ((gpus > SITE_GPUS)) && SITE_GPUS=$gpus
+    fi
+  done < "$HERE/sites.conf"
+  SITE_LINES+=$(grep -v -e '^NODE ' -e '^#' -e '^[[:space:]]*$' "$HERE/sites.conf")
+  ((${#SITE_NODES[@]} <= 50)) || die "sites.conf declares more than 50 nodes"
+fi
+ALL_NODES=$((NODES + ${#SITE_NODES[@]}))
 command -v unshare >/dev/null || cannot "unshare (util-linux) is missing"
 unshare --uts true 2>/dev/null || cannot "unshare --uts fails (no CAP_SYS_ADMIN?): nodes could not have their own hostnames"
 
@@ -94,7 +124,7 @@ if [ -n "$missing" ]; then
 fi
 say "packages ready (slurm $(dpkg-query -W -f='${Version}' slurmctld))"
 
-for p in "$CTLD_PORT" $(seq "$NODE_PORT0" $((NODE_PORT0 + NODES - 1))); do
+for p in "$CTLD_PORT" $(seq "$NODE_PORT0" $((NODE_PORT0 + ALL_NODES - 1))); do
   if listening "$p"; then
     who=$(command -v ss >/dev/null && ss -Hltnp "sport = :$p" | head -n 1)
     die "TCP port $p is already in use${who:+: $who}. Pick others with STB_CTLD_PORT / STB_NODE_PORT0"
@@ -105,6 +135,7 @@ done
 rm -rf "$STATE"
 mkdir -p "$STATE"/{etc,log,run,dev,spool/ctld}
 for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/spool/node$i"; done
+for n in "${SITE_NODES[@]}"; do mkdir -p "$STATE/spool/$n"; done
 chmod 755 "$STATE"
 chown slurm:slurm "$STATE"/{log,run,spool/ctld}
 runuser -u slurm -- test -w "$STATE/run" ||
@@ -115,6 +146,9 @@ for ((g = 0; g < GPUS; g++)); do   # SLURM insists on a character device per GPU
   mknod -m 666 "$STATE/dev/nvidia$g" c 1 3 2>/dev/null ||
     cannot "mknod failed: no fake GPUs possible (set STB_GPUS=0 to run without them)"
 done
+for ((g = 0; g < SITE_GPUS; g++)); do
+  mknod -m 666 "$STATE/dev/site-gpu$g" c 1 3 2>/dev/null || cannot "mknod failed: no fake GPUs for the site nodes"
+done
 
 NODE_LIST="node[1-$NODES]"; [ "$NODES" = 1 ] && NODE_LIST=node1
 NODE_LINES=""
@@ -123,25 +157,32 @@ for i in $(seq 1 "$NODES"); do
   ((GPUS > 0)) && NODE_LINES+=" Gres=gpu:$GPUS"
   NODE_LINES+=$' State=UNKNOWN\n'
 done
-GRES_TYPES=""; ((GPUS > 0)) && GRES_TYPES="GresTypes=gpu"
+GRES_TYPES=""; ((GPUS > 0 || SITE_GPUS > 0)) && GRES_TYPES="GresTypes=gpu"
 conf=$(<"$HERE/slurm.conf.template")
 conf=${conf//@STATE@/$STATE}; conf=${conf//@CTLD_PORT@/$CTLD_PORT}; conf=${conf//@NODE_LIST@/$NODE_LIST}
 conf=${conf//@NODE_LINES@/$NODE_LINES}; conf=${conf//@GRES_TYPES@/$GRES_TYPES}
+conf=${conf//@SITE_LINES@/${SITE_LINES//@STATE@/$STATE}}
 printf '%s\n' "$conf" > "$STATE/etc/slurm.conf"
-if ((GPUS > 0)); then   # gres.conf is looked up next to slurm.conf
-  files="$STATE/dev/nvidia0"; ((GPUS > 1)) && files="$STATE/dev/nvidia[0-$((GPUS - 1))]"
-  printf 'AutoDetect=off\nNodeName=%s Name=gpu File=%s\n' "$NODE_LIST" "$files" > "$STATE/etc/gres.conf"
+if ((GPUS > 0 || SITE_GPUS > 0)); then   # gres.conf is looked up next to slurm.conf
+  echo AutoDetect=off > "$STATE/etc/gres.conf"
+  if ((GPUS > 0)); then
+    files="$STATE/dev/nvidia0"; ((GPUS > 1)) && files="$STATE/dev/nvidia[0-$((GPUS - 1))]"
+    printf 'NodeName=%s Name=gpu File=%s\n' "$NODE_LIST" "$files" >> "$STATE/etc/gres.conf"
+  fi
+  printf '%s' "${SITE_GRES//@STATE@/$STATE}" >> "$STATE/etc/gres.conf"
 fi
 export SLURM_CONF=$STATE/etc/slurm.conf
 echo "$NODES" > "$STATE/run/nodes"
 echo "$GPUS" > "$STATE/run/gpus"
 echo "$CPUS" > "$STATE/run/cpus"
+echo "${SITE_NODES[*]}" > "$STATE/run/site_nodes"
 
 # nodeI -> 127.0.1.I. Rewritten in place (not renamed): a bind-mounted /etc/hosts works too.
 {
   sed '/^# BEGIN exatrain-slurm-testbed/,/^# END exatrain-slurm-testbed/d' /etc/hosts
   echo "# BEGIN exatrain-slurm-testbed ($STATE)"
   for i in $(seq 1 "$NODES"); do echo "127.0.1.$i node$i"; done
+  for j in "${!SITE_NODES[@]}"; do echo "127.0.1.$((201 + j)) ${SITE_NODES[$j]}"; done
   echo "127.0.1.254 slurmctl"
   echo "# END exatrain-slurm-testbed"
 } > "$STATE/run/hosts.new"
@@ -173,15 +214,16 @@ in_uts slurmctl slurmctld
 wait_for 30 "slurmctld on port $CTLD_PORT" listening "$CTLD_PORT"
 wait_for 10 "slurmctld pid file" test -s "$STATE/run/slurmctld.pid"
 remember_ns "$STATE/run/slurmctld.pid" slurmctl
-for i in $(seq 1 "$NODES"); do in_uts "node$i" slurmd -N "node$i"; done
-for i in $(seq 1 "$NODES"); do
-  wait_for 30 "slurmd node$i" test -s "$STATE/run/slurmd-node$i.pid"
-  remember_ns "$STATE/run/slurmd-node$i.pid" "node$i"
+NAMES=($(seq -f 'node%g' 1 "$NODES") "${SITE_NODES[@]}")
+for n in "${NAMES[@]}"; do in_uts "$n" slurmd -N "$n"; done
+for n in "${NAMES[@]}"; do
+  wait_for 30 "slurmd $n" test -s "$STATE/run/slurmd-$n.pid"
+  remember_ns "$STATE/run/slurmd-$n.pid" "$n"
 done
 say "daemons started"
 
-all_idle() { [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" -ge "$NODES" ]; }
-wait_for 60 "$NODES idle nodes" all_idle
-say "ready: $NODES nodes x $CPUS CPUs x $GPUS fake GPUs"
+all_idle() { [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" -ge "$ALL_NODES" ]; }
+wait_for 60 "$ALL_NODES idle nodes" all_idle
+say "ready: $NODES nodes x $CPUS CPUs x $GPUS fake GPUs${SITE_NODES[*]:+, site-shaped nodes ${SITE_NODES[*]}}"
 sinfo
 echo "export SLURM_CONF=$SLURM_CONF    # stop with: STB_STATE=$STATE $HERE/down.sh"
