@@ -23,7 +23,7 @@ from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 
-STEPS = 30
+STEPS = 16
 ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
         "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
         "--train.warmup_steps=2", "--train.grad_clip=0.5", "--data.seq_len=32", "--train.save_model=false",
@@ -92,7 +92,7 @@ def test_resume_at_another_world_size_through_the_universal_checkpoint(signalled
     source, step = signalled[0] / "checkpoints" / f"step-{signalled[1]}", signalled[1]
     one = tmp_path / "one"
     shutil.copytree(source, one / "checkpoints" / source.name)
-    r = _train(tmp_path, one, 1, "--checkpoint.resume=auto", "--checkpoint.interval=7", "--checkpoint.keep=0")
+    r = _train(tmp_path, one, 1, "--checkpoint.resume=auto", "--checkpoint.interval=5", "--checkpoint.keep=0")
     assert f"at step {step}" in r.stdout and "DeepSpeed's universal checkpoint" in r.stdout, r.stdout
     assert (one / "checkpoints" / source.name / "universal" / "deepspeed" / "zero").is_dir()
     assert not list((one / "checkpoints" / source.name).glob(".*partial"))

@@ -17,7 +17,7 @@ from tests.slurm.test_submit import PROFILE, _submit
 
 pytestmark = pytest.mark.slurm
 
-CONFIG = """[job]
+JOB = """[job]
 nodes = 2
 gpus_per_node = 1
 time = 10
@@ -25,7 +25,8 @@ profile = "{profile}"
 launch = "{launch}"
 [job.env]
 OMP_NUM_THREADS = "1"
-[engine]
+"""
+TRAINING = """[engine]
 name = "deepspeed"
 zero_stage = 2
 [checkpoint]
@@ -51,7 +52,7 @@ def local_reference(tmp_path_factory):
     """{step: loss} of the same config trained locally by 2 gloo workers."""
     tmp = tmp_path_factory.mktemp("ds-local")
     config = tmp / "job.toml"
-    config.write_text(CONFIG.format(profile="generic", launch="srun"))
+    config.write_text(TRAINING)
     r = run_exatrain(["train", "--nproc=2", f"--config={config}", f"--run.dir={tmp / 'run'}"], cwd=tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return train_losses(tmp / "run")
@@ -62,7 +63,7 @@ def test_deepspeed_job_on_two_nodes(slurm_cluster, tmp_path, local_reference, la
     profile = tmp_path / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
     config = tmp_path / "job.toml"
-    config.write_text(CONFIG.format(profile=profile, launch=launch))
+    config.write_text(JOB.format(profile=profile, launch=launch) + TRAINING)
     run = tmp_path / "runs" / launch
     job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run}")
     assert state == "COMPLETED", log
