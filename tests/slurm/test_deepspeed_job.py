@@ -59,7 +59,9 @@ def local_reference(tmp_path_factory):
 
 
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
-def test_deepspeed_job_on_two_nodes(slurm_cluster, tmp_path, local_reference, launch):
+def test_deepspeed_job_on_two_nodes(slurm_cluster, tmp_path, local_reference, launch, monkeypatch):
+    # sbatch exports the submitting environment: an earlier in-process DeepSpeed test may have set this here
+    monkeypatch.delitem(slurm_cluster.env, "DS_ACCELERATOR", raising=False)
     profile = tmp_path / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
     config = tmp_path / "job.toml"
