@@ -92,10 +92,14 @@ def test_resume_at_another_world_size_through_the_universal_checkpoint(signalled
     source, step = signalled[0] / "checkpoints" / f"step-{signalled[1]}", signalled[1]
     one = tmp_path / "one"
     shutil.copytree(source, one / "checkpoints" / source.name)
+    stale = one / "checkpoints" / source.name / ".universal.partial" / "deepspeed"
+    stale.mkdir(parents=True)  # what a conversion killed before its rename leaves: replaced, never loaded
+    (stale / "latest").write_text("garbage\n")
     r = _train(tmp_path, one, 1, "--checkpoint.resume=auto", "--checkpoint.interval=5", "--checkpoint.keep=0")
     assert f"at step {step}" in r.stdout and "DeepSpeed's universal checkpoint" in r.stdout, r.stdout
     assert (one / "checkpoints" / source.name / "universal" / "deepspeed" / "zero").is_dir()
-    assert not list((one / "checkpoints" / source.name).glob(".*partial"))
+    assert not (one / "checkpoints" / source.name / ".universal.partial").exists()
+    assert not (one / "checkpoints" / source.name / "universal" / "deepspeed" / "latest").exists()
     got = train_losses(one)
     assert sorted(got) == list(range(step + 1, STEPS + 1))
     assert max_diff([got[s] for s in got], [reference[s] for s in got]) <= TOL, (got, reference)
