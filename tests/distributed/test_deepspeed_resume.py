@@ -114,3 +114,17 @@ def test_resume_at_another_world_size_through_the_universal_checkpoint(signalled
     got = train_losses(two)
     assert sorted(got) == list(range(later + 1, STEPS + 1))
     assert max_diff([got[s] for s in got], [reference[s] for s in got]) <= TOL, (got, reference)
+
+
+def test_zero1_resumes_at_another_world_size(tmp_path):
+    """ZeRO-1 (optimizer state sharded, the other stage the universal checkpoint serves): a 2-rank run's step-3
+    checkpoint continues on 1 rank; steps 4-6 within 1e-5 of the 2-rank run's."""
+    args = ["--train.steps=6", "--engine.zero_stage=1", "--checkpoint.interval=3"]
+    _train(tmp_path, tmp_path / "full", 2, *args)
+    step3 = tmp_path / "one" / "checkpoints" / "step-3"
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-3", step3)
+    assert json.loads((step3 / "exatrain.json").read_text()) == {"step": 3, "world_size": 2, "zero_stage": 1}
+    _train(tmp_path, tmp_path / "one", 1, *args, "--checkpoint.resume=auto")
+    got, want = train_losses(tmp_path / "one"), train_losses(tmp_path / "full")
+    assert sorted(got) == [4, 5, 6]
+    assert max_diff([got[s] for s in got], [want[s] for s in got]) <= TOL, (got, want)
