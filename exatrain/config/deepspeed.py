@@ -21,6 +21,8 @@ OWNED = {
     "zero_optimization.stage": "engine.zero_stage",
     "bf16.enabled": "train.precision",
     "fp16.enabled": "train.precision (exatrain trains in bf16 or fp32, never fp16)",
+    "checkpoint.load_universal": "checkpoint.resume (a resume at another world size loads DeepSpeed's universal "
+                                 "checkpoint by itself)",
 }
 #: sections a user's JSON may not have: exatrain builds the optimizer and schedule from [train]
 FORBIDDEN = {"optimizer": "train.lr, train.beta1, train.beta2, train.weight_decay",
@@ -45,6 +47,8 @@ def generated_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
         "zero_optimization": {"stage": cfg.engine.zero_stage},
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},
+        # exatrain turns it on for the one load of a universal checkpoint (train/deepspeed_universal.py)
+        "checkpoint": {"load_universal": False},
         # exatrain's AdamW (torch.optim) under ZeRO: DeepSpeed lists only its own optimizers as tested
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 2**31 - 1,  # exatrain reports progress itself

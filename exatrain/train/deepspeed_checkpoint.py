@@ -7,7 +7,8 @@ all but the newest `keep`. Resume=auto finds the newest committed one. The train
 best eval loss, the sampler's global position) travels in DeepSpeed's client state.
 
 DeepSpeed's ZeRO shards are tied to the number of ranks that wrote them: resuming with another world size
-is refused with a HINT (export the weights with DeepSpeed's zero_to_fp32 and start from them).
+goes through DeepSpeed's universal checkpoint (deepspeed_universal.py: converted once into step-N/universal)
+for the ZeRO stages where that works (UNIVERSAL_STAGES), and is refused with a HINT for the others.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from pathlib import Path
 
 from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.store import commit, delete, partial_dir, retire, step_dir
-from exatrain.distributed import barrier, is_root
+from exatrain.distributed import barrier, is_root, print0
 from exatrain.errors import ExatrainError
+from exatrain.train.deepspeed_universal import ensure_universal, loading_universal
 
 TAG = "deepspeed"  # DeepSpeed's checkpoint tag: the folder its files go into inside step-N
 INFO = "exatrain.json"
+#: ZeRO stages whose checkpoints resume at another world size through DeepSpeed's universal checkpoint
+UNIVERSAL_STAGES = (1, 2)
 
 
 class DeepSpeedCheckpoints:
@@ -53,16 +57,25 @@ class DeepSpeedCheckpoints:
         return final
 
     def load(self, path: Path, state=None, **_) -> None:
-        """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder."""
+        """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder; from its universal
+        conversion when the world size differs."""
         info = read_info(path)
         problem = _mismatch(info, self.world_size, self.engine.zero_stage)
         if problem:
-            raise ExatrainError(f"checkpoint {path}: {problem}; DeepSpeed's ZeRO shards load only into the same layout",
+            raise ExatrainError(f"checkpoint {path}: {problem}; DeepSpeed's ZeRO-{info.get('zero_stage')} shards "
+                                "load only into the same layout",
                                 f"resume with {info.get('world_size')} rank(s) and --engine.zero_stage="
                                 f"{info.get('zero_stage')}, or export its weights with DeepSpeed's script "
                                 f"(python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them")
-        _, client = self.engine.ds.load_checkpoint(str(path), tag=TAG, load_optimizer_states=True,
-                                                   load_lr_scheduler_states=True)
+        universal = info.get("world_size") != self.world_size
+        load_dir = path
+        if universal:
+            load_dir = ensure_universal(path, TAG)
+            print0(f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its conversion to "
+                   f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)")
+        with loading_universal(self.engine.ds, universal):
+            _, client = self.engine.ds.load_checkpoint(str(load_dir), tag=TAG, load_optimizer_states=True,
+                                                       load_lr_scheduler_states=True)
         if client is None or "exatrain" not in client:
             raise ExatrainError(f"checkpoint {path}: DeepSpeed found no training state in it",
                                 "resume from another step-N folder, or start fresh (--checkpoint.resume='')")
@@ -88,8 +101,10 @@ def read_info(path: Path) -> dict:
 
 
 def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
-    if info.get("world_size") != world_size:
-        return f"saved by {info.get('world_size')} rank(s), this run has {world_size}"
+    """Why this run cannot load the checkpoint described by `info` ("" when it can)."""
     if info.get("zero_stage") != zero_stage:
         return f"saved with ZeRO stage {info.get('zero_stage')}, this run uses stage {zero_stage}"
+    if info.get("world_size") != world_size and zero_stage not in UNIVERSAL_STAGES:
+        return (f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and DeepSpeed's universal "
+                f"checkpoint does not reshard ZeRO stage {zero_stage} here (see docs/engines.md)")
     return ""

@@ -44,6 +44,8 @@ class DeepSpeedEngine(Engine):
         self.optimizer, self.scheduler = optimizer, scheduler
         self.grad_norm: torch.Tensor | None = None
         self._deepspeed = deepspeed
+        # what DeepSpeed runs on (DS_ACCELERATOR, set by import_deepspeed where there is no GPU): the banner says it
+        self.accelerator = deepspeed.get_accelerator().device_name()
         super().__init__([self.ds.module], reference.num_params(), False, contextlib.nullcontext)
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:

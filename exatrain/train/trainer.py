@@ -304,7 +304,7 @@ class Trainer:
     def _layout_name(self) -> str:
         e = self.cfg.engine
         if e.name == "deepspeed":
-            return f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s)"
+            return f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s) (DeepSpeed accelerator {self.engine.accelerator})"
         if e.name == "horovod":
             return f"Horovod over {self.dp_size} rank(s)"
         return self.dims.describe()

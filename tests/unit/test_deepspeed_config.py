@@ -40,6 +40,7 @@ def test_user_json_adds_keys_and_auto_keeps_exatrains(tmp_path):
     ({"zero_optimization": {"stage": 1}}, "zero_optimization.stage=1 but exatrain's setting gives 3 (set by engine.zero_stage)"),
     ({"optimizer": {"type": "Adam"}}, "optimizer (exatrain's optimizer and schedule come from train.lr"),
     ({"fp16": {"enabled": True}}, "fp16.enabled=True"),
+    ({"checkpoint": {"load_universal": True}}, "checkpoint.load_universal=True but exatrain's setting gives False"),
 ])
 def test_contradicting_user_key_is_named_with_a_hint(tmp_path, user, named):
     with pytest.raises(ConfigError) as e:
