@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.preemption import PreemptionFlag, handled_signals, request_requeue
 from exatrain.checkpoint.state import TrainingState
+from exatrain.checkpoint.store import latest
 from exatrain.distributed.collectives import all_gather_objects, is_root, print0
 from exatrain.distributed.seed import rank_seed, seed_everything
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
@@ -77,6 +78,11 @@ class Checkpointer:
         if announce:
             self.log(f"resumed from {path} at step {self.step_count}")
         return self.step_count
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint in RUN_DIR/checkpoints (None without one): what resume("auto")
+        loads. E.g. to refuse a fresh run on top of another run's checkpoints."""
+        return latest(self.manager.root)
 
     def step(self, n: int) -> bool:
         """After optimizer step `n` (1-based count of finished steps), on every rank: commit a finished

@@ -14,10 +14,9 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+import exatrain
 from exatrain.config import Config
 from exatrain.config.deepspeed import deepspeed_config
-from exatrain.distributed import DistContext
-from exatrain.distributed.deepspeed_setup import attach_deepspeed, group_of_one, import_deepspeed
 from exatrain.train.engine import Engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 
@@ -28,11 +27,8 @@ class DeepSpeedEngine(Engine):
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
     owns_checkpoints = True  # DeepSpeed's own save/load (train/deepspeed_checkpoint.py)
 
-    def __init__(self, cfg: Config, dims, ctx: DistContext, reference: torch.nn.Module, bf16: bool):
-        deepspeed = import_deepspeed(ctx.device.type)
-        if not dist.is_initialized():
-            group_of_one(ctx.device, cfg.dist.timeout_s)
-        attach_deepspeed(deepspeed, "nccl" if ctx.device.type == "cuda" else "gloo", cfg.dist.timeout_s)
+    def __init__(self, cfg: Config, dims, ctx: exatrain.Context, reference: torch.nn.Module, bf16: bool):
+        deepspeed = exatrain.attach_deepspeed(ctx, cfg.dist.timeout_s)  # a group of one for a single process
         model = reference.to(ctx.device)
         optimizer = build_optimizer(model, cfg.train)
         scheduler = build_scheduler(optimizer, cfg.train)
