@@ -9,6 +9,7 @@ save when due, and on the pre-timeout signal checkpoint, requeue the SLURM job a
 from __future__ import annotations
 
 import pickle
+import sys
 from pathlib import Path
 
 from torch.nn.parallel import DistributedDataParallel
@@ -39,7 +40,9 @@ class Checkpointer:
         self.run_dir = Path(run_dir)
         self.step_count = 0
         # `manager`: a factory (get_progress, set_progress) -> an object with CheckpointManager's methods,
-        # for engines that write their own format (DeepSpeed); default: exatrain's DCP checkpoints
+        # for engines that write their own format; a DeepSpeed engine gets DeepSpeed's; default: exatrain's DCP
+        if manager is None and _is_deepspeed_engine(model):
+            manager = _deepspeed_manager(self.run_dir / "checkpoints", interval, keep, model, ctx.world_size)
         self.manager = (manager(self._progress, self._restore) if manager is not None else
                         CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save))
         self.manager.on_commit = lambda path: self.log(f"checkpoint {path} committed")
@@ -135,3 +138,16 @@ class Checkpointer:
         self.manager.wait()
         self.manager.finish_pruning()
         self.preemption.restore()
+
+
+def _is_deepspeed_engine(model) -> bool:
+    """True for deepspeed.initialize's engine (without importing DeepSpeed when the caller did not)."""
+    deepspeed = sys.modules.get("deepspeed.runtime.engine")
+    return deepspeed is not None and isinstance(model, deepspeed.DeepSpeedEngine)
+
+
+def _deepspeed_manager(root: Path, interval: int, keep: int, ds, world_size: int):
+    """The manager factory for a DeepSpeed engine: DeepSpeed's save/load in this run layout (checkpoint/deepspeed.py)."""
+    from exatrain.checkpoint.deepspeed import DeepSpeedCheckpoints
+
+    return lambda get, restore: DeepSpeedCheckpoints(root, interval, keep, ds, get, restore, world_size)

@@ -1,10 +1,11 @@
 """`[engine] name = "deepspeed"`: the reference model trained by DeepSpeed ZeRO (stage 1, 2 or 3).
 
 exatrain still decides everything it decides for its torch engine: the process group (DeepSpeed wraps it,
-see distributed/deepspeed_setup.py), the model's initial weights, AdamW and its schedule, batch sizes,
+exatrain.attach_deepspeed), the model's initial weights, AdamW and its schedule, batch sizes,
 accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], config/deepspeed.py).
 DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
-at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load (deepspeed_checkpoint.py).
+at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load: exatrain.Checkpointer given
+the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (checkpoint/deepspeed.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class DeepSpeedEngine(Engine):
     """One model per rank inside a DeepSpeed engine; `train_step` also steps the optimizer and schedule."""
 
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
-    owns_checkpoints = True  # DeepSpeed's own save/load (train/deepspeed_checkpoint.py)
+    owns_checkpoints = True  # checkpoint `self.ds`: the Checkpointer then uses DeepSpeed's own save/load
 
     def __init__(self, cfg: Config, dims, ctx: exatrain.Context, reference: torch.nn.Module, bf16: bool):
         deepspeed = exatrain.attach_deepspeed(ctx, cfg.dist.timeout_s)  # a group of one for a single process

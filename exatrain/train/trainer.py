@@ -87,12 +87,13 @@ class Trainer:
     def _init_checkpoints(self):
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
+        # a DeepSpeed engine is checkpointed by DeepSpeed's own save/load (ZeRO shards) in the same run layout
+        model = self.engine.ds if getattr(self.engine, "owns_checkpoints", False) else self.model
         self.checkpointer = exatrain.Checkpointer(
-            self.run_dir, self.ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            self.run_dir, self.ctx, model=model, optimizer=self.optimizer, scheduler=self.scheduler,
             loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
             async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
-            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto",
-            manager=self._engine_checkpoints() if getattr(self.engine, "owns_checkpoints", False) else None)
+            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         which = c.resume or ("auto" if self.ctx.env.restart_count else "")
         newest = self.checkpointer.latest()
@@ -111,15 +112,6 @@ class Trainer:
     state = property(lambda self: self.checkpointer.state)
     tokens_seen = property(lambda self: self.progress_values["tokens_seen"])
     best_eval = property(lambda self: self.progress_values["best_eval"])
-
-    def _engine_checkpoints(self):
-        """DeepSpeed's own save/load in the same run layout (train/deepspeed_checkpoint.py), as the
-        Checkpointer's manager."""
-        from exatrain.train.deepspeed_checkpoint import DeepSpeedCheckpoints
-
-        c = self.cfg.checkpoint
-        return lambda get, restore: DeepSpeedCheckpoints(self.run_dir / "checkpoints", c.interval, c.keep, self.engine,
-                                                         get, restore, self.ctx.world_size)
 
     def _autocast(self):
         enabled = self.dtype is not None
