@@ -83,7 +83,7 @@ def exatrain_side(size, a, device, full_state, batch):
     dims = ParallelDims.from_config(cfg.parallel, 1)
     dims.build_mesh(device.type)
     model = build_data_parallel_model(cfg, dims, device, a.vocab, full_state)
-    engine = DataParallelEngine(model, dims, device, 0, False,
+    engine = DataParallelEngine(model, device, 0, False,
                                 lambda: torch.autocast(device.type, dtype=torch.bfloat16))
     opt = build_optimizer(engine.model_parts, cfg.train)
     sched = build_scheduler(opt, cfg.train)

@@ -9,6 +9,7 @@ save when due, and on the pre-timeout signal checkpoint, requeue the SLURM job a
 from __future__ import annotations
 
 import pickle
+import sys
 from pathlib import Path
 
 from torch.nn.parallel import DistributedDataParallel
@@ -16,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.preemption import PreemptionFlag, handled_signals, request_requeue
 from exatrain.checkpoint.state import TrainingState
+from exatrain.checkpoint.store import latest
 from exatrain.distributed.collectives import all_gather_objects, is_root, print0
 from exatrain.distributed.seed import rank_seed, seed_everything
 from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
@@ -38,7 +40,9 @@ class Checkpointer:
         self.run_dir = Path(run_dir)
         self.step_count = 0
         # `manager`: a factory (get_progress, set_progress) -> an object with CheckpointManager's methods,
-        # for engines that write their own format (DeepSpeed); default: exatrain's DCP checkpoints
+        # for engines that write their own format; a DeepSpeed engine gets DeepSpeed's; default: exatrain's DCP
+        if manager is None and _is_deepspeed_engine(model):
+            manager = _deepspeed_manager(self.run_dir / "checkpoints", interval, keep, model, ctx.world_size)
         self.manager = (manager(self._progress, self._restore) if manager is not None else
                         CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save))
         self.manager.on_commit = lambda path: self.log(f"checkpoint {path} committed")
@@ -77,6 +81,11 @@ class Checkpointer:
         if announce:
             self.log(f"resumed from {path} at step {self.step_count}")
         return self.step_count
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint in RUN_DIR/checkpoints (None without one): what resume("auto")
+        loads. E.g. to refuse a fresh run on top of another run's checkpoints."""
+        return latest(self.manager.root)
 
     def step(self, n: int) -> bool:
         """After optimizer step `n` (1-based count of finished steps), on every rank: commit a finished
@@ -129,3 +138,16 @@ class Checkpointer:
         self.manager.wait()
         self.manager.finish_pruning()
         self.preemption.restore()
+
+
+def _is_deepspeed_engine(model) -> bool:
+    """True for deepspeed.initialize's engine (without importing DeepSpeed when the caller did not)."""
+    deepspeed = sys.modules.get("deepspeed.runtime.engine")
+    return deepspeed is not None and isinstance(model, deepspeed.DeepSpeedEngine)
+
+
+def _deepspeed_manager(root: Path, interval: int, keep: int, ds, world_size: int):
+    """The manager factory for a DeepSpeed engine: DeepSpeed's save/load in this run layout (checkpoint/deepspeed.py)."""
+    from exatrain.checkpoint.deepspeed import DeepSpeedCheckpoints
+
+    return lambda get, restore: DeepSpeedCheckpoints(root, interval, keep, ds, get, restore, world_size)

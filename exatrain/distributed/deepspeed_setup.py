@@ -39,12 +39,25 @@ def import_deepspeed(device: str = "auto"):
     return deepspeed
 
 
-def attach_deepspeed(deepspeed, backend: str, timeout_s: float = 300.0, shm_comm: bool = False) -> None:
+def _init_distributed(deepspeed, backend: str, timeout_s: float = 300.0, shm_comm: bool = False) -> None:
     """`deepspeed.init_distributed` on the process group that already exists (exatrain's), never a new one."""
     if not shm_comm:
         deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # DeepSpeed documents this dict as editable
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
                                timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def attach_deepspeed(ctx: Context, timeout_s: float = 300.0, shm_comm: bool = False):
+    """`exatrain.attach_deepspeed`: hand the process group of `ctx` (exatrain.init) to DeepSpeed
+    (`deepspeed.init_distributed` on it, never a new group or DeepSpeed's launcher); returns the deepspeed
+    module. A single process gets a process group of one first (DeepSpeed needs a group even then;
+    `ctx.backend` then names it). For code that called `exatrain.init` already; `init_deepspeed` does both.
+    `shm_comm`: see `init_deepspeed`."""
+    deepspeed = import_deepspeed(ctx.device.type)
+    if ctx.backend is None:
+        _group_of_one(ctx, timeout_s)
+    _init_distributed(deepspeed, ctx.backend, timeout_s, shm_comm)
+    return deepspeed
 
 
 def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
@@ -55,12 +68,10 @@ def init_deepspeed(shm_comm: bool = False, **init_kwargs) -> Context:
     (default) skips the CPU shared-memory inference op (see SHM_COMM_OP): set True only for DeepSpeed
     tensor-parallel inference on CPUs.
     """
-    deepspeed = import_deepspeed(init_kwargs.get("device", "auto"))
+    import_deepspeed(init_kwargs.get("device", "auto"))  # before init: it picks DeepSpeed's accelerator
     ctx = init(**init_kwargs)
     try:
-        if ctx.backend is None:
-            _group_of_one(ctx, init_kwargs.get("timeout_s", 300.0))
-        attach_deepspeed(deepspeed, ctx.backend, init_kwargs.get("timeout_s", 300.0), shm_comm)
+        attach_deepspeed(ctx, init_kwargs.get("timeout_s", 300.0), shm_comm)
     except BaseException:
         ctx._abort()
         raise

@@ -18,14 +18,21 @@ from torch.distributed.tensor.experimental import implicit_replication
 
 
 @torch.no_grad()
-def clip_grad_norm_(parameters, max_norm: float, pp_mesh=None) -> torch.Tensor:
-    """Scale gradients so their global L2 norm is at most `max_norm`; returns the norm before clipping.
+def clip_grad_norm_(parameters, max_norm: float, ctx=None, *, pp_mesh=None) -> torch.Tensor:
+    """`exatrain.clip_grad_norm_`: scale gradients so the global L2 norm of the WHOLE model's gradients is at
+    most `max_norm`; returns that norm before clipping (a 0-d tensor, the same on every rank).
 
-    Plain (non-DTensor) gradients count once: they are identical on the ranks that hold them (DDP
-    replicas after the all-reduce, TP ranks for replicated parameters). `pp_mesh`: pipeline stages hold
-    different parameters, so their squared norms are summed across it."""
+    `torch.nn.utils.clip_grad_norm_` for every layout: it fails when plain tensors and DTensors mix (TP)
+    or DTensors live on different meshes (FSDP x TP), and it cannot see the other pipeline stages'
+    parameters. `parameters`: a module, a list of modules (this rank's pipeline stages) or parameters.
+    `ctx` (the Context of exatrain.init): with a pipeline dimension, the stages' squared norms are summed
+    over it (or pass the pipeline mesh as `pp_mesh`). Plain (non-DTensor) gradients count once: they are
+    identical on the ranks that hold them (DDP replicas after the all-reduce, TP ranks for replicated
+    parameters)."""
+    if pp_mesh is None and ctx is not None:
+        pp_mesh = ctx.dims.mesh("pp")
     groups = defaultdict(list)
-    for p in parameters:
+    for p in _parameters(parameters):
         if p.grad is not None:
             groups[p.grad.device_mesh if isinstance(p.grad, DTensor) else None].append(p)
     if not groups:
@@ -44,3 +51,10 @@ def clip_grad_norm_(parameters, max_norm: float, pp_mesh=None) -> torch.Tensor:
         for params in groups.values():
             torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
+
+
+def _parameters(items):
+    """The parameters of a module, of a list of modules, or the given parameters."""
+    if isinstance(items, torch.nn.Module):
+        return list(items.parameters())
+    return [p for item in items for p in (item.parameters() if isinstance(item, torch.nn.Module) else [item])]

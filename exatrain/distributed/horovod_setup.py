@@ -26,9 +26,13 @@ def import_horovod():
     return hvd
 
 
-def init_horovod(env):
-    """Start Horovod on every rank of exatrain's process group (a collective); returns horovod.torch."""
+def init_horovod(ctx):
+    """`exatrain.init_horovod`: start Horovod on every rank of the process group of `ctx` (exatrain.init), as
+    `horovodrun` would have (its rendezvous on rank 0, the HOROVOD_* variables from exatrain's detected
+    environment), so a Horovod script runs under srun, mpirun, torchrun or `exatrain run`. A collective;
+    returns horovod.torch (`hvd.DistributedOptimizer`, `hvd.broadcast_parameters`, ... as usual)."""
     hvd = import_horovod()
+    env = ctx.env
     me = (socket.gethostname(), env.global_rank, env.local_rank, env.local_world_size)
     ranks = [None] * env.world_size
     dist.all_gather_object(ranks, me)

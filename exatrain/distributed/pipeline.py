@@ -49,10 +49,15 @@ class ScaledLoss:
 
 
 class Pipeline:
-    """This rank's stages of a pipeline-parallel model and the schedule that drives them.
+    """`exatrain.Pipeline`: this rank's stages of a pipeline-parallel model and the torch.distributed.pipelining
+    schedule that drives them (pipeline parallel for any model split into stage modules).
 
-    `chunks[i]` is the module of stage `ids[i]`; the first stage takes the batch input, the last one
-    returns what `loss_fn(output, target)` turns into a scalar mean loss."""
+    `chunks[i]` is the module of stage `ids[i]` (`Pipeline.stage_ids(pp_rank, pp, per_rank)`) of `n_stages`;
+    the first stage takes the batch input, the last one returns what `loss_fn(output, target)` turns into a
+    scalar mean loss. `group`: the pipeline ranks (`ctx.dims.mesh("pp").get_group()`), `schedule`: "gpipe",
+    "1f1b" or "interleaved_1f1b" (several stages per rank), `microbatches`: pipeline microbatches per batch.
+    `forward_backward(batches)` accumulates gradients in the chunks and returns the mean loss on every
+    pipeline rank; `eval_loss(x, y)`; `full_state_dict(module)` gathers all stages on rank 0."""
 
     def __init__(self, chunks: list[nn.Module], ids: list[int], n_stages: int, group: dist.ProcessGroup,
                  device: torch.device, schedule: str, microbatches: int,
@@ -67,6 +72,14 @@ class Pipeline:
         self.loss = ScaledLoss(loss_fn)
         stages = self.stages if schedule in MULTI_STAGE else self.stages[0]
         self.schedule = SCHEDULES[schedule](stages, microbatches, loss_fn=self.loss, scale_grads=False)
+
+    #: stages of pipeline rank r (looped assignment): `Pipeline.stage_ids(r, pp, stages_per_rank)`
+    stage_ids = staticmethod(stage_ids)
+
+    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's state dict on global rank 0 ({} elsewhere) from this rank's stages (`module`
+        holds them under the whole model's names); a collective over all ranks."""
+        return gather_full_state_dict(module, self.group) or {}
 
     def forward_backward(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward over this rank's micro-batches (gradients accumulate in the chunks'

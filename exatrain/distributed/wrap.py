@@ -14,7 +14,9 @@ from torch import nn
 
 from exatrain.distributed.blocks import find_blocks
 from exatrain.distributed.parallelize import apply_ac, apply_compile, apply_ddp, apply_fsdp, apply_tp
-from exatrain.errors import ConfigError, ExatrainError
+from exatrain.distributed.pipeline import apply_replicate
+from exatrain.distributed.replica_sync import sync_replica_gradients
+from exatrain.errors import ConfigError
 
 LAYOUTS = ("auto", "ddp", "fsdp", "hsdp", "none")
 
@@ -30,6 +32,12 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
     single data-parallel rank they add nothing (AC, compile and TP still apply; param_dtype and cpu_offload
     are then ignored). Every rank must start from the same weights (exatrain.init seeds every rank alike;
     rank 0's weights are broadcast to be sure).
+
+    Replication ("ddp") where torch's DDP cannot wrap the model: a tensor-parallel model (DTensors) averages
+    its gradients over the data-parallel ranks at the end of each backward (replica_sync; the model gets
+    `set_requires_gradient_sync`), and a pipeline stage (ctx with pp > 1) gets FSDP2's `replicate`. A model
+    on the meta device (pipeline stages built without memory) is parallelised in place and stays there:
+    fill it with `exatrain.load_full_state_dict` afterwards.
     """
     layout = _resolve_layout(layout, ctx)
     if tp_plan is not None and ctx.dims.tp < 2:
@@ -45,8 +53,9 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
     ac_mode, ac_every = _ac_mode(activation_checkpoint)
     needs_blocks = layout in ("fsdp", "hsdp") or ac_mode != "none" or bool(compile)
     found = find_blocks(model, blocks) if needs_blocks or blocks is not None else None
-    model.to(torch.device("cpu") if cpu_offload else ctx.device)
-    _broadcast_from_rank0(model)
+    if not _on_meta(model):
+        model.to(torch.device("cpu") if cpu_offload else ctx.device)
+        _broadcast_from_rank0(model)
     if tp_plan:
         apply_tp(model, ctx.dims.mesh("tp"), tp_plan)
     if ac_mode != "none":
@@ -58,12 +67,25 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
         apply_fsdp(model, found, mesh, reshard_after_forward, param_dtype, cpu_offload,
                    pin_memory=ctx.device.type == "cuda")
     elif layout == "ddp":
-        if ctx.dims.tp > 1:
-            raise ConfigError("parallelize(layout='ddp') with tensor parallel (tp > 1): torch's DDP takes no "
-                              "tensor-parallel (DTensor) parameters",
-                              "use layout='fsdp' together with tp, or exatrain.init(tp=1) for DDP")
-        model = apply_ddp(model, ctx.dims.mesh("dp"), ctx.device)
+        model = _replicate(model, ctx)
     return model
+
+
+def _replicate(model: nn.Module, ctx) -> nn.Module:
+    """Data-parallel replication: DDP, or where DDP cannot work, FSDP2's replicate (pipeline stages: a
+    schedule's several forwards before their backwards break DDP's bucket rebuilding) or the replica
+    gradient sync (tensor parallel: DDP takes no DTensors)."""
+    mesh = ctx.dims.mesh("dp")
+    if ctx.dims.pp > 1:
+        apply_replicate(model, mesh)
+        return model
+    if ctx.dims.tp > 1:
+        return sync_replica_gradients(model, mesh)
+    return apply_ddp(model, mesh, ctx.device)
+
+
+def _on_meta(model: nn.Module) -> bool:
+    return any(t.device.type == "meta" for t in list(model.parameters()) + list(model.buffers()))
 
 
 def _resolve_layout(layout: str, ctx) -> str:
@@ -98,8 +120,5 @@ def _broadcast_from_rank0(model: nn.Module) -> None:
         return
     nccl = dist.get_backend() == "nccl"
     for t in list(model.parameters()) + list(model.buffers()):
-        if t.device.type == "meta":
-            raise ExatrainError("exatrain.parallelize: the model has parameters on the meta device",
-                                "build the model with real weights (exatrain.init seeds every rank alike)")
         if not (nccl and t.device.type == "cpu"):  # CPU offload under nccl: DDP/FSDP users keep them equal
             dist.broadcast(t.data, src=0)

@@ -1,10 +1,11 @@
 """`[engine] name = "deepspeed"`: the reference model trained by DeepSpeed ZeRO (stage 1, 2 or 3).
 
 exatrain still decides everything it decides for its torch engine: the process group (DeepSpeed wraps it,
-see distributed/deepspeed_setup.py), the model's initial weights, AdamW and its schedule, batch sizes,
+exatrain.attach_deepspeed), the model's initial weights, AdamW and its schedule, batch sizes,
 accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], config/deepspeed.py).
 DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
-at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load (deepspeed_checkpoint.py).
+at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load: exatrain.Checkpointer given
+the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (checkpoint/deepspeed.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+import exatrain
 from exatrain.config import Config
 from exatrain.config.deepspeed import deepspeed_config
-from exatrain.distributed import DistContext
-from exatrain.distributed.deepspeed_setup import attach_deepspeed, group_of_one, import_deepspeed
 from exatrain.train.engine import Engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 
@@ -26,13 +26,10 @@ class DeepSpeedEngine(Engine):
     """One model per rank inside a DeepSpeed engine; `train_step` also steps the optimizer and schedule."""
 
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
-    owns_checkpoints = True  # DeepSpeed's own save/load (train/deepspeed_checkpoint.py)
+    owns_checkpoints = True  # checkpoint `self.ds`: the Checkpointer then uses DeepSpeed's own save/load
 
-    def __init__(self, cfg: Config, dims, ctx: DistContext, reference: torch.nn.Module, bf16: bool):
-        deepspeed = import_deepspeed(ctx.device.type)
-        if not dist.is_initialized():
-            group_of_one(ctx.device, cfg.dist.timeout_s)
-        attach_deepspeed(deepspeed, "nccl" if ctx.device.type == "cuda" else "gloo", cfg.dist.timeout_s)
+    def __init__(self, cfg: Config, dims, ctx: exatrain.Context, reference: torch.nn.Module, bf16: bool):
+        deepspeed = exatrain.attach_deepspeed(ctx, cfg.dist.timeout_s)  # a group of one for a single process
         model = reference.to(ctx.device)
         optimizer = build_optimizer(model, cfg.train)
         scheduler = build_scheduler(optimizer, cfg.train)

@@ -22,12 +22,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
 
-from exatrain.distributed.parallelize import all_reduce_gradients, local_tensor
-from exatrain.distributed.state_dict import full_state_dict
+import exatrain
 
 
 class Engine:
@@ -56,22 +55,26 @@ class Engine:
             part.train(mode)
 
 
-class DataParallelEngine(Engine):
-    """One model per rank, parallelised for its layout by exatrain.parallelize (DDP-wrapped, or FSDP/TP)."""
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (under loss parallel: the whole, replicated value); a plain tensor as is."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
-    def __init__(self, model: nn.Module, dims, device: torch.device, num_params: int, use_loss_parallel: bool,
+
+class DataParallelEngine(Engine):
+    """One model per rank, parallelised for its layout by exatrain.parallelize (DDP-wrapped, or FSDP/TP;
+    replicas of a TP model average their gradients at the end of backward, as parallelize set up)."""
+
+    def __init__(self, model: nn.Module, device: torch.device, num_params: int, use_loss_parallel: bool,
                  autocast: Callable[[], contextlib.AbstractContextManager]):
         # model parts, optimizer and checkpoints use the plain model; forward in training goes through DDP
         self.ddp = model if isinstance(model, DistributedDataParallel) else None
         model = self.ddp.module if self.ddp is not None else model
         super().__init__([model], num_params, use_loss_parallel, autocast)
         self.model = model
-        # torch's DDP takes no DTensors, so replicas of a TP model reduce gradients after backward instead
-        self.replica_mesh = dims.mesh("dp") if dims.ddp and dims.tp_enabled else None
 
     def _sync_gradients(self, sync: bool):
         """Accumulate locally until the last micro-batch, then reduce gradients once."""
-        if isinstance(self.model, FSDPModule):
+        if hasattr(self.model, "set_requires_gradient_sync"):  # FSDP2, or TP replicas (exatrain.parallelize)
             self.model.set_requires_gradient_sync(sync)
         if self.ddp is not None and not sync:
             return self.ddp.no_sync()
@@ -87,8 +90,6 @@ class DataParallelEngine(Engine):
                     loss = forward(x, y) / len(micro_batches)
                 loss.backward()
             total += local_tensor(loss.detach())  # replicated DTensor under loss parallel: the full value
-        if self.replica_mesh is not None:
-            all_reduce_gradients(self.model.parameters(), self.replica_mesh)
         return total
 
     @torch.no_grad()
@@ -99,5 +100,5 @@ class DataParallelEngine(Engine):
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""
-        return full_state_dict(self.model)
+        return exatrain.full_state_dict(self.model)
 

@@ -13,11 +13,8 @@ import contextlib
 
 import torch
 
+import exatrain
 from exatrain.config import Config
-from exatrain.distributed import DistContext
-from exatrain.distributed.grad_norm import clip_grad_norm_
-from exatrain.distributed.horovod_setup import init_horovod
-from exatrain.distributed.state_dict import full_state_dict
 from exatrain.train.engine import Engine
 from exatrain.train.optim import build_optimizer, build_scheduler
 
@@ -27,8 +24,8 @@ class HorovodEngine(Engine):
 
     steps_optimizer = True
 
-    def __init__(self, cfg: Config, ctx: DistContext, reference: torch.nn.Module, accumulation: int, autocast):
-        hvd = init_horovod(ctx.env)
+    def __init__(self, cfg: Config, ctx: exatrain.Context, reference: torch.nn.Module, accumulation: int, autocast):
+        hvd = exatrain.init_horovod(ctx)
         self.model = reference.to(ctx.device)
         base = build_optimizer(self.model, cfg.train)
         self.optimizer = hvd.DistributedOptimizer(base, named_parameters=self.model.named_parameters(),
@@ -56,7 +53,7 @@ class HorovodEngine(Engine):
             total += loss.detach()
         self.optimizer.synchronize()  # gradients averaged over the ranks
         if self.clip > 0:
-            self.grad_norm = clip_grad_norm_(list(self.model.parameters()), self.clip)
+            self.grad_norm = exatrain.clip_grad_norm_(self.model, self.clip)
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
         self.scheduler.step()
@@ -72,4 +69,4 @@ class HorovodEngine(Engine):
 
     def full_state_dict(self) -> dict:
         """The whole model on rank 0 (every rank holds all of it)."""
-        return full_state_dict(self.model)
+        return exatrain.full_state_dict(self.model)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import torch
 
+import exatrain
 from exatrain.config import Config, ParallelConfig
-from exatrain.distributed.parallelize import parallelize
-from exatrain.distributed.pipeline import apply_replicate
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import TransformerLM, build_model
+
+PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # parallel.param_dtype -> FSDP's param_dtype
 
 
 def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
@@ -19,10 +20,15 @@ def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
     return build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
 
 
-def apply_layout(chunk: torch.nn.Module, dims, p: ParallelConfig, device_type: str) -> None:
-    """Parallelise a model or pipeline stage chunk for the layout `dims` (mesh built): TP -> AC -> compile ->
-    FSDP (exatrain.distributed.parallelize), and FSDP2's replicate for pure replication under pipeline parallel."""
-    plan = tp_plan(chunk.layers.keys(), p.sequence_parallel, p.loss_parallel) if dims.tp_enabled else None
-    parallelize(chunk, chunk.layers, dims, p, plan, device_type)
-    if dims.pp_enabled and dims.ddp:
-        apply_replicate(chunk, dims.mesh("dp"))
+def apply_layout(model: torch.nn.Module, ctx, p: ParallelConfig, layout: str = "auto") -> torch.nn.Module:
+    """Parallelise the LM or one pipeline stage's chunk of it (its blocks in `.layers`) for the layout of
+    `ctx` (exatrain.init's Context: its dims, mesh and device) with exatrain.parallelize and the model's own
+    tensor-parallel plan: TP -> AC -> compile -> FSDP, or replication (DDP; TP replicas' gradient sync;
+    FSDP2's replicate for pipeline stages). Returns what parallelize returns (the DDP wrapper for DDP).
+    A chunk on the meta device stays there (exatrain.load_full_state_dict fills it). `layout`: parallelize's."""
+    plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if ctx.dims.tp_enabled else None
+    ac = {"none": False, "full": "full", "every": p.activation_checkpoint_every}[p.activation_checkpoint]
+    return exatrain.parallelize(
+        model, ctx, layout=layout, blocks="layers", activation_checkpoint=ac, compile=p.compile,
+        compile_backend=p.compile_backend, param_dtype=PARAM_DTYPES[p.param_dtype], cpu_offload=p.cpu_offload,
+        tp_plan=plan, reshard_after_forward=p.fsdp_reshard_after_forward)

@@ -2,9 +2,10 @@
 
 Each rank builds the model on the meta device, keeps only its pipeline stages (models.pipeline_split;
 looped assignment, several stages per rank for interleaved 1F1B), applies the layout's other dimensions
-to each stage chunk with the same ordered `parallelize` as without pipelining (TP on 'tp', AC, compile,
-FSDP on 'fsdp'; pure replication with FSDP2's `replicate` on 'dp'), materialises it from the seeded
-reference weights, and hands the chunks to a schedule on the 'pp' mesh (dist.pipeline).
+to each stage chunk with `exatrain.parallelize` as without pipelining (TP on 'tp', AC, compile, FSDP on
+'fsdp'; pure replication with FSDP2's `replicate` on 'dp'), materialises it from the seeded reference
+weights (`exatrain.load_full_state_dict`), and hands the chunks to an `exatrain.Pipeline` (a
+torch.distributed.pipelining schedule) on the 'pp' mesh.
 
 The rank's model part is ONE module holding all its stages under the full model's parameter names: the
 optimizer, DCP checkpoints and weight digests use it like an unsplit model; `full_state_dict` gathers
@@ -18,9 +19,8 @@ from collections.abc import Callable
 
 import torch
 
+import exatrain
 from exatrain.config import Config
-from exatrain.distributed.parallelize import load_full_state_dict
-from exatrain.distributed.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.transformer import lm_loss
 from exatrain.train.engine import Engine
@@ -30,7 +30,7 @@ from exatrain.train.model_layout import apply_layout, lm_from_config
 class PipelineEngine(Engine):
     """This rank's pipeline stages and the schedule that runs them (interface of DataParallelEngine)."""
 
-    def __init__(self, rank_model: torch.nn.Module, pipeline: Pipeline, num_params: int,
+    def __init__(self, rank_model: torch.nn.Module, pipeline: exatrain.Pipeline, num_params: int,
                  use_loss_parallel: bool, autocast: Callable[[], contextlib.AbstractContextManager]):
         super().__init__([rank_model], num_params, use_loss_parallel, autocast)
         self.pipeline = pipeline
@@ -49,21 +49,21 @@ class PipelineEngine(Engine):
 
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 ({} elsewhere); a collective over all ranks."""
-        return gather_full_state_dict(self.model_parts[0], self.pipeline.group) or {}
+        return self.pipeline.full_state_dict(self.model_parts[0])
 
 
-def build_pipeline_engine(cfg: Config, dims, device: torch.device, vocab_size: int, full_state: dict,
-                          num_params: int, autocast) -> PipelineEngine:
-    """Build this rank's stages for the layout `dims` (mesh built), loaded with `full_state`."""
-    p = cfg.parallel
+def build_pipeline_engine(cfg: Config, ctx, vocab_size: int, full_state: dict, num_params: int,
+                          autocast) -> PipelineEngine:
+    """Build this rank's stages for the layout of `ctx` (exatrain.init's Context), loaded with `full_state`."""
+    p, dims, device = cfg.parallel, ctx.dims, ctx.device
     with torch.device("meta"):
         model = lm_from_config(cfg, vocab_size)
     n_stages = dims.pp * p.pp_stages_per_rank
-    ids = stage_ids(dims.coordinate("pp"), dims.pp, p.pp_stages_per_rank)
+    ids = exatrain.Pipeline.stage_ids(dims.coordinate("pp"), dims.pp, p.pp_stages_per_rank)
     rank_model, chunks = split_for_stages(model, ids, n_stages)
     for chunk in chunks:
-        apply_layout(chunk, dims, p, device.type)
-        load_full_state_dict(chunk, device, full_state)
-    pipeline = Pipeline(chunks, ids, n_stages, dims.mesh("pp").get_group(), device, p.pp_schedule,
-                        dims.microbatches(p), lm_loss)
+        apply_layout(chunk, ctx, p)
+        exatrain.load_full_state_dict(chunk, full_state, device)
+    pipeline = exatrain.Pipeline(chunks, ids, n_stages, dims.mesh("pp").get_group(), device, p.pp_schedule,
+                                 dims.microbatches(p), lm_loss)
     return PipelineEngine(rank_model, pipeline, num_params, dims.tp_enabled and p.loss_parallel, autocast)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import exatrain
 from exatrain.config import Config
 from exatrain.config.checks import check_choice
 from exatrain.config.deepspeed import deepspeed_config
-from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
@@ -13,11 +13,11 @@ from exatrain.models import model_shape
 _SPLITS = ("train", "valid", "test")
 
 
-def preflight(cfg: Config, world_size: int) -> ParallelDims:
+def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     """Raise ConfigError (with a HINT) for settings that cannot work with `world_size` ranks; returns
     the checked parallel layout."""
     shape = model_shape(cfg.model.size, cfg.model.n_layers)
-    dims = ParallelDims.from_config(cfg.parallel, world_size)
+    dims = exatrain.ParallelDims.from_config(cfg.parallel, world_size)
     t, d = cfg.train, cfg.data
     _positive("train.steps", t.steps)
     _positive("train.global_batch_size", t.global_batch_size)
@@ -53,7 +53,7 @@ def preflight(cfg: Config, world_size: int) -> ParallelDims:
 ENGINES = ("torch", "deepspeed", "horovod")
 
 
-def _check_engine(cfg: Config, dims: ParallelDims) -> None:
+def _check_engine(cfg: Config, dims: exatrain.ParallelDims) -> None:
     """engine.name, and for DeepSpeed its layout and DeepSpeed JSON (a user's file is read and checked now)."""
     check_choice("engine.name", cfg.engine.name, ENGINES)
     if cfg.engine.name == "torch":

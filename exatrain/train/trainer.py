@@ -9,17 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 import exatrain
-from exatrain.checkpoint import latest
 from exatrain.errors import ExatrainError
 from exatrain.config import Config, to_toml
-from exatrain.data import Corpus, GlobalBatchSampler, eval_batches, make_batch, num_windows
-from exatrain.distributed import all_gather_objects, rank_seed, seed_everything, sum_across_ranks
-from exatrain.distributed.context import Context
-from exatrain.distributed.grad_norm import clip_grad_norm_
-from exatrain.distributed.parallel_dims import ParallelDims
-from exatrain.distributed.parallelize import local_tensor
+from exatrain.data import Corpus, eval_batches, make_batch, num_windows
 from exatrain.env.devices import describe_devices
 from exatrain.models import model_shape
 from exatrain.observe import MetricsLog, ProgressReporter, write_json
@@ -41,10 +36,10 @@ class Trainer:
     is split over the data-parallel ranks only (tensor-parallel ranks of one group see the same batch).
     """
 
-    def __init__(self, cfg: Config, ctx, corpus: Corpus, dims: ParallelDims | None = None):
+    def __init__(self, cfg: Config, ctx, corpus: Corpus, dims: exatrain.ParallelDims | None = None):
         """`ctx`: the Context of exatrain.init() (or a DistContext of init_distributed plus `dims`)."""
-        if not isinstance(ctx, Context):
-            ctx = Context(ctx, dims or _layout(cfg, ctx), cfg.train.seed)
+        if not isinstance(ctx, exatrain.Context):
+            ctx = exatrain.Context(ctx, dims or _layout(cfg, ctx), cfg.train.seed)
         self.cfg, self.ctx, self.corpus = cfg, ctx, corpus
         self.dims = ctx.dims
         self.run_dir = Path(cfg.run.dir)
@@ -56,7 +51,7 @@ class Trainer:
         self.engine = build_engine(cfg, self.dims, ctx, corpus.vocab_size, self._autocast)
         self.model = self.engine.model_parts[0]
         # ranks of one data-parallel replica (TP, PP) draw the same dropout masks; replicas differ
-        seed_everything(rank_seed(cfg.train.seed, self.dp_rank))
+        ctx.reseed()
         if getattr(self.engine, "steps_optimizer", False):  # DeepSpeed: its engine owns optimizer and schedule
             self.optimizer, self.scheduler = self.engine.optimizer, self.engine.scheduler
         else:
@@ -82,7 +77,7 @@ class Trainer:
         c, t = self.cfg, self.cfg.train
         self.train_tokens = self.corpus.split(c.data.train_split)
         self.eval_tokens = self.corpus.split(c.data.eval_split)
-        self.sampler = GlobalBatchSampler(
+        self.sampler = exatrain.GlobalBatchSampler(
             num_samples=num_windows(len(self.train_tokens), c.data.seq_len), global_batch=t.global_batch_size,
             rank=self.dp_rank, world_size=self.dp_size, micro_batch=t.micro_batch_size, seed=t.seed,
         )
@@ -92,15 +87,16 @@ class Trainer:
     def _init_checkpoints(self):
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
+        # a DeepSpeed engine is checkpointed by DeepSpeed's own save/load (ZeRO shards) in the same run layout
+        model = self.engine.ds if getattr(self.engine, "owns_checkpoints", False) else self.model
         self.checkpointer = exatrain.Checkpointer(
-            self.run_dir, self.ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            self.run_dir, self.ctx, model=model, optimizer=self.optimizer, scheduler=self.scheduler,
             loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
             async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
-            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto",
-            manager=self._engine_checkpoints() if getattr(self.engine, "owns_checkpoints", False) else None)
+            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         which = c.resume or ("auto" if self.ctx.env.restart_count else "")
-        newest = latest(self.checkpoints.root)
+        newest = self.checkpointer.latest()
         if not which and newest is not None:
             # a fresh run here would mix its checkpoints with the old run's (keep-K prunes by step number, and
             # a later resume=auto would pick the old run's newest): refuse before anything is written
@@ -116,15 +112,6 @@ class Trainer:
     state = property(lambda self: self.checkpointer.state)
     tokens_seen = property(lambda self: self.progress_values["tokens_seen"])
     best_eval = property(lambda self: self.progress_values["best_eval"])
-
-    def _engine_checkpoints(self):
-        """DeepSpeed's own save/load in the same run layout (train/deepspeed_checkpoint.py), as the
-        Checkpointer's manager."""
-        from exatrain.train.deepspeed_checkpoint import DeepSpeedCheckpoints
-
-        c = self.cfg.checkpoint
-        return lambda get, restore: DeepSpeedCheckpoints(self.run_dir / "checkpoints", c.interval, c.keep, self.engine,
-                                                         get, restore, self.ctx.world_size)
 
     def _autocast(self):
         enabled = self.dtype is not None
@@ -146,8 +133,8 @@ class Trainer:
             self.grad_norm = self.engine.grad_norm if self.cfg.train.grad_clip > 0 else None
             return
         if self.cfg.train.grad_clip > 0:
-            params = [p for part in self.engine.model_parts for p in part.parameters()]
-            self.grad_norm = clip_grad_norm_(params, self.cfg.train.grad_clip, pp_mesh=self.dims.mesh("pp"))
+            # the whole model's norm: over DTensors of every mesh and across pipeline stages (ctx's pp mesh)
+            self.grad_norm = exatrain.clip_grad_norm_(self.engine.model_parts, self.cfg.train.grad_clip, self.ctx)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -214,7 +201,7 @@ class Trainer:
         """Sum over the data-parallel ranks only: TP ranks of one replica hold the same values already."""
         if self.dp_group is None:
             return list(values)
-        return sum_across_ranks(values, self.ctx.device, group=self.dp_group)
+        return exatrain.sum_across_ranks(values, self.ctx.device, group=self.dp_group)
 
     def _record_eval(self) -> dict[str, float]:
         result = self.evaluate()
@@ -280,7 +267,7 @@ class Trainer:
             exatrain.save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
         digest = weights_digest(self.engine.model_parts)
         # ranks that must hold identical weights: same place in every dimension but dp_replicate
-        replicas = all_gather_objects((self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"),
+        replicas = exatrain.all_gather_objects((self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"),
                                        self.dims.coordinate("tp"), digest))
         env = self.ctx.env
         write_json(self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json", {
@@ -337,7 +324,7 @@ def weights_digest(model_parts) -> str:
     h = hashlib.sha256()
     for i, part in enumerate(model_parts):
         for name, p in sorted(part.state_dict().items()):
-            local = local_tensor(p)
+            local = p.to_local() if isinstance(p, DTensor) else p  # this rank's shard
             h.update(f"{i}.{name}".encode())
             h.update(np.ascontiguousarray(local.detach().float().cpu().numpy()).tobytes())
     return h.hexdigest()
@@ -349,8 +336,8 @@ def replicas_agree(entries: list[tuple]) -> bool:
     return all(seen.setdefault(tuple(e[:-1]), e[-1]) == e[-1] for e in entries)
 
 
-def _layout(cfg: Config, ctx) -> ParallelDims:
+def _layout(cfg: Config, ctx) -> exatrain.ParallelDims:
     """The layout from the configuration, with its device mesh (for callers that did not run preflight)."""
-    dims = ParallelDims.from_config(cfg.parallel, ctx.world_size)
+    dims = exatrain.ParallelDims.from_config(cfg.parallel, ctx.world_size)
     dims.build_mesh(ctx.device.type)
     return dims

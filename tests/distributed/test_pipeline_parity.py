@@ -59,7 +59,7 @@ def _run_case(pp_rank, pp, pp_mesh, schedule, spr, n_layers, microbatches):
         x, y = _batch(step)
         micro = [(x[i:i + MICRO], y[i:i + MICRO]) for i in range(0, GLOBAL, MICRO)]
         losses.append(pipe.forward_backward(micro).item())
-        norms.append(clip_grad_norm_(rank_model.parameters(), CLIP, pp_mesh).item())
+        norms.append(clip_grad_norm_(rank_model.parameters(), CLIP, pp_mesh=pp_mesh).item())
         opt.step()
         opt.zero_grad(set_to_none=True)
     eval_loss = pipe.eval_loss(*_batch(99, MICRO)).item()

@@ -8,7 +8,12 @@ breaks them fails CI.
   constant), never a cluster variable, and the whole environment (``os.environ.copy()``, ``dict(os.environ)``,
   passing ``os.environ`` on, iterating it) is used only at the places listed in WHOLE_ENVIRONMENT, with the
   reason; ``from os import environ`` / ``getenv`` and ``import os as x`` are followed;
-- only distributed/ writes os.environ.
+- only distributed/ writes os.environ;
+- the reference trainer (train/, except the plan/ analysis tool) takes no private shortcut: it uses
+  exatrain.distributed and exatrain.checkpoint only through the public names of ``import exatrain``
+  (docs/api.md), and takes every public name from ``exatrain`` (e.g. ``exatrain.GlobalBatchSampler``, not
+  ``exatrain.data.GlobalBatchSampler``; exatrain.observe and exatrain.errors are public modules). plan/ builds layouts under a fake process group to measure them
+  and may use internals.
 """
 
 import ast
@@ -29,6 +34,8 @@ WHOLE_ENVIRONMENT = {
     "cli/commands.py": "copied as the environment `exatrain run` execs the user's script with",
     "cli/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
 }
+PRIVATE_TO_TRAINER = ("exatrain.distributed", "exatrain.checkpoint")  # reached through `import exatrain` only
+PUBLIC_MODULES = ("exatrain.observe", "exatrain.errors")  # public in their own right (README, docs/api.md)
 _READ_METHODS = {"get", "__getitem__", "__contains__"}
 _WRITE_METHODS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}
 
@@ -149,6 +156,44 @@ def test_layer_rules(path):
                         "a string or a module-level constant")
         else:
             assert not CLUSTER_VAR.match(key), f"{rel} reads cluster variable {key}: only env/ reads those"
+
+
+def _private_shortcuts(tree: ast.AST) -> list[str]:
+    """Imports a module of the reference trainer may not make: exatrain.distributed / exatrain.checkpoint
+    modules, and public names of `exatrain` (its lazy exports) taken from the module that defines them."""
+    import exatrain
+
+    public = set(exatrain._EXPORTS)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith(PRIVATE_TO_TRAINER)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("exatrain."):
+            if node.module.startswith(PRIVATE_TO_TRAINER):
+                found.append(node.module)
+            elif not node.module.startswith(PUBLIC_MODULES):
+                found += [f"{node.module}.{a.name}" for a in node.names if a.name in public]
+    return found
+
+
+_TRAINER = sorted(p for p in (PKG / "train").rglob("*.py") if "plan" not in p.relative_to(PKG / "train").parts)
+
+
+@pytest.mark.parametrize("path", _TRAINER, ids=lambda p: str(p.relative_to(PKG)))
+def test_the_reference_trainer_uses_only_the_public_api(path):
+    """docs/api.md: the reference trainer is built on the public API, no private shortcut a user could not take."""
+    shortcuts = _private_shortcuts(ast.parse(path.read_text()))
+    assert not shortcuts, (f"{path.relative_to(PKG)} imports {', '.join(shortcuts)}: use the public name "
+                           "(exatrain.<name>, docs/api.md), or make what it needs public there")
+
+
+def test_the_trainer_rule_catches_a_shortcut():
+    bad = ast.parse("import exatrain.distributed.grad_norm\nfrom exatrain.checkpoint.store import latest\n"
+                    "from exatrain.data import GlobalBatchSampler, make_batch\nfrom exatrain.models import build_model\n"
+                    "def f():\n    from exatrain.distributed import seed_everything\n")
+    assert sorted(_private_shortcuts(bad)) == ["exatrain.checkpoint.store", "exatrain.data.GlobalBatchSampler",
+                                               "exatrain.distributed", "exatrain.distributed.grad_norm"]
+    assert _TRAINER and not any("plan" in p.parts for p in _TRAINER)
 
 
 @pytest.mark.parametrize("source, expected", [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -190,5 +191,10 @@ def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank:
 
 def apply_layout(chunk, dims: ParallelDims, cfg: Config) -> None:
     """The layout exactly as training applies it, without torch.compile, which changes no shard and would
-    only cost time on the meta device; "cpu" never pins memory (which needs a GPU)."""
-    apply_training_layout(chunk, dims, replace(cfg.parallel, compile=False), "cpu")
+    only cost time on the meta device; "cpu" never pins memory (which needs a GPU). Replication without
+    pipeline parallel (DDP, TP replicas' gradient sync) is left out: it changes no shard, and DDP cannot
+    wrap a meta-device model."""
+    # exatrain.parallelize needs only a Context's dims and device: the plan's fake-group layout gives both
+    layout = "none" if dims.ddp and not dims.pp_enabled else "auto"
+    apply_training_layout(chunk, SimpleNamespace(dims=dims, device=torch.device("cpu")),
+                          replace(cfg.parallel, compile=False), layout=layout)

@@ -1,4 +1,5 @@
-"""Checkpoints of `[engine] name = "deepspeed"` through DeepSpeed's own save/load, in exatrain's run layout.
+"""Checkpoints of a DeepSpeed engine through DeepSpeed's own save/load, in exatrain's run layout: what
+`exatrain.Checkpointer(..., model=ds_engine)` uses (the trainer's `[engine] name = "deepspeed"` too).
 
 RUN_DIR/checkpoints/step-N is committed exactly like a DCP checkpoint (checkpoint/store.py): every rank writes
 its ZeRO shards into `.step-N.partial/` (DeepSpeed's tag folder `deepspeed/`, its `latest` file), rank 0
@@ -20,7 +21,7 @@ from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.store import commit, delete, partial_dir, retire, step_dir
 from exatrain.distributed import barrier, is_root, print0
 from exatrain.errors import ExatrainError
-from exatrain.train.deepspeed_universal import ensure_universal, loading_universal
+from exatrain.checkpoint.deepspeed_universal import ensure_universal, loading_universal
 
 TAG = "deepspeed"  # DeepSpeed's checkpoint tag: the folder its files go into inside step-N
 INFO = "exatrain.json"
@@ -29,11 +30,13 @@ UNIVERSAL_STAGES = (1, 2)
 
 
 class DeepSpeedCheckpoints:
-    """The trainer's checkpoint manager for a DeepSpeedEngine; every rank calls every method."""
+    """The Checkpointer's manager for a DeepSpeed engine (`ds`, deepspeed.initialize's first result); every
+    rank calls every method."""
 
-    def __init__(self, root: Path, interval: int, keep: int, engine, get_progress, set_progress, world_size: int):
+    def __init__(self, root: Path, interval: int, keep: int, ds, get_progress, set_progress, world_size: int):
         self.root, self.interval, self.keep = Path(root), interval, keep
-        self.engine, self.get_progress, self.set_progress = engine, get_progress, set_progress
+        self.ds, self.zero_stage = ds, int(ds.zero_optimization_stage())
+        self.get_progress, self.set_progress = get_progress, set_progress
         self.world_size = world_size
         self.resumed_from: Path | None = None
         self.on_commit = None  # called on rank 0 with each committed checkpoint's path
@@ -44,10 +47,10 @@ class DeepSpeedCheckpoints:
     def save(self, step: int, state=None, blocking: bool = True) -> Path:
         """Write step-N with DeepSpeed on every rank, then rank 0 commits it and prunes old ones."""
         partial, final = partial_dir(self.root, step), step_dir(self.root, step)
-        self.engine.ds.save_checkpoint(str(partial), tag=TAG, client_state={"exatrain": self.get_progress()})
+        self.ds.save_checkpoint(str(partial), tag=TAG, client_state={"exatrain": self.get_progress()})
         barrier()  # every rank's shards are on disk
         if is_root():
-            info = {"step": step, "world_size": self.world_size, "zero_stage": self.engine.zero_stage}
+            info = {"step": step, "world_size": self.world_size, "zero_stage": self.zero_stage}
             (partial / INFO).write_text(json.dumps(info) + "\n")
             commit(partial, final)
             if self.on_commit is not None:
@@ -60,7 +63,7 @@ class DeepSpeedCheckpoints:
         """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder; from its universal
         conversion when the world size differs."""
         info = read_info(path)
-        problem = _mismatch(info, self.world_size, self.engine.zero_stage)
+        problem = _mismatch(info, self.world_size, self.zero_stage)
         if problem:
             raise ExatrainError(f"checkpoint {path}: {problem}; DeepSpeed's ZeRO-{info.get('zero_stage')} shards "
                                 "load only into the same layout",
@@ -73,8 +76,8 @@ class DeepSpeedCheckpoints:
             load_dir = ensure_universal(path, TAG)
             print0(f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its conversion to "
                    f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)")
-        with loading_universal(self.engine.ds, universal):
-            _, client = self.engine.ds.load_checkpoint(str(load_dir), tag=TAG, load_optimizer_states=True,
+        with loading_universal(self.ds, universal):
+            _, client = self.ds.load_checkpoint(str(load_dir), tag=TAG, load_optimizer_states=True,
                                                        load_lr_scheduler_states=True)
         if client is None or "exatrain" not in client:
             raise ExatrainError(f"checkpoint {path}: DeepSpeed found no training state in it",
