@@ -78,7 +78,7 @@ class DeepSpeedCheckpoints:
                    f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)")
         with loading_universal(self.ds, universal):
             _, client = self.ds.load_checkpoint(str(load_dir), tag=TAG, load_optimizer_states=True,
-                                                       load_lr_scheduler_states=True)
+                                                load_lr_scheduler_states=True)
         if client is None or "exatrain" not in client:
             raise ExatrainError(f"checkpoint {path}: DeepSpeed found no training state in it",
                                 "resume from another step-N folder, or start fresh (--checkpoint.resume='')")
