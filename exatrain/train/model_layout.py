@@ -11,12 +11,13 @@ from exatrain.config import Config, ParallelConfig
 from exatrain.distributed.parallelize import parallelize
 from exatrain.distributed.pipeline import apply_replicate
 from exatrain.models.tp_plan import tp_plan
-from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.models import configured_shape
+from exatrain.models.transformer import TransformerLM
 
 
 def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
     """The language model the config describes (on the current default device: meta when building a layout)."""
-    return build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    return TransformerLM(configured_shape(cfg.model), vocab_size, cfg.data.seq_len, cfg.model.dropout)
 
 
 def apply_layout(chunk: torch.nn.Module, dims, p: ParallelConfig, device_type: str) -> None:

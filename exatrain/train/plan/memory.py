@@ -26,7 +26,8 @@ is assumed, the total measured). Besides, autocast keeps a bf16 copy of every fp
 
 Activation checkpointing keeps only each checkpointed block's input (1 B*T*D elements) plus one block's full
 set while it is recomputed in backward. Head (last stage): the final norm's fp32 input and its output (4 + 2
-bytes in bf16, 4 + 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V) are kept; at the start of backward
+bytes in bf16, 4 + 4 in fp32; with sequence parallel the input is a sequence shard (/ tp) but the output head
+keeps its all-gathered, whole input) and the fp32 log-probs (4 bytes per B*T*V) are kept; at the start of backward
 the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for a moment (`head_backward_bytes`);
 / tp with loss_parallel. Dropout masks (1 byte per element) are added per block when dropout > 0. It is an
 estimate: allocator slack, the CUDA context and temporary buffers of kernels are not in it.
@@ -100,8 +101,9 @@ def stage_activation_bytes(n_blocks: int, first: bool, last: bool, s: Activation
         blocks += full  # one checkpointed block is recomputed (whole) at a time during backward
     embed = btd * s.elem_bytes / sp if first else 0  # token + position embedding sum entering block 0
     head = 0.0
-    if last:  # the final norm's fp32 input and its output, the fp32 log-probs
-        head = btd * (4 + s.elem_bytes) / sp + 4 * _logits(s)
+    if last:  # the final norm's fp32 input (a sequence shard under SP), its output (gathered whole for the
+        # output head under SP), the fp32 log-probs
+        head = btd * (4 / sp + s.elem_bytes) + 4 * _logits(s)
     return blocks + embed + head
 
 
