@@ -107,7 +107,9 @@ def test_pipeline_schedules_match_single_process(pp, tmp_path):
         assert all(n > CLIP for n in ref["norms"]), "clipping should be active in this test"
         for key in ("losses", "norms"):
             diff = max(abs(a - b) for a, b in zip(got[key], ref[key]))
+            print(f"{schedule} pp={pp} {key}: max diff {diff:.1e}")
             assert diff <= LOSS_TOL, f"{schedule} pp={pp} {key}: {got[key]} vs {ref[key]}"
+        print(f"{schedule} pp={pp} eval: diff {abs(got['eval'] - ref['eval']):.1e}")
         assert abs(got["eval"] - ref["eval"]) <= LOSS_TOL, (schedule, got["eval"], ref["eval"])
         full = torch.load(tmp_path / f"{schedule}.pt", weights_only=True)
         expected = ref_model.state_dict()

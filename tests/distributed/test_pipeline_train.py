@@ -20,7 +20,7 @@ a 2-stage pipeline resumes in ONE process, and the single process's checkpoint r
 
 import pytest
 
-from tests.distributed.cli_runs import assert_same_training, max_diff, train_run
+from tests.distributed.cli_runs import assert_same_training, describe_diffs, max_diff, train_run
 
 pytestmark = pytest.mark.dist
 
@@ -76,8 +76,10 @@ def layout_run(tmp):
 def test_pipeline_layout_matches_single_process(reference, layout_run, name):
     run = layout_run(name)
     assert len(run["losses"]) == STEPS
+    print(f"{name}: {describe_diffs(run, reference)}")
     # includes: final.pt (gathered across stages and shards) loads into a plain model with the run's eval loss
     worst, mean = assert_same_training(run, reference, LOSS_TOL, GRAD_NORM_TOL)
+    print(f"{name}: weight diffs mean {mean:.1e}, max {worst:.1e}")
     assert mean <= WEIGHT_MEAN_TOL and worst <= WEIGHT_MAX_TOL, f"weight differences: mean {mean}, max {worst}"
 
 
@@ -85,6 +87,7 @@ def test_pipeline_checkpoint_resumes_in_one_process(reference, layout_run, tmp):
     step2 = layout_run("pp2_gpipe")["dir"] / "checkpoints" / "step-2"
     assert step2.is_dir()
     resumed = _train(tmp, "resumed_1proc", 1, [f"--checkpoint.resume={step2}"])
+    print(f"resumed: max loss diff {max_diff(resumed['losses'], reference['losses'][2:]):.1e}")
     # steps 3 and 4 only, as the uninterrupted run had them
     assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (resumed["losses"], reference["losses"])
 
@@ -92,5 +95,6 @@ def test_pipeline_checkpoint_resumes_in_one_process(reference, layout_run, tmp):
 def test_single_process_checkpoint_resumes_as_pipeline(reference, tmp):
     step2 = reference["dir"] / "checkpoints" / "step-2"
     resumed = _train(tmp, "resumed_pp2_x_fsdp2", 4, [*LAYOUTS["pp2_x_fsdp2"][1], f"--checkpoint.resume={step2}"])
+    print(f"resumed: max loss diff {max_diff(resumed['losses'], reference['losses'][2:]):.1e}")
     # steps 3 and 4 only, as the uninterrupted run had them
     assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (resumed["losses"], reference["losses"])

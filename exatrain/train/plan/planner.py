@@ -123,7 +123,7 @@ def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.Activ
     """Add gradients, optimizer state, transient buffers and activations to one rank's measured shards."""
     grads = s.param_bytes if s.grad_bytes is None else s.grad_bytes
     optim = memory.optimizer_bytes(s.param_elements, s.param_tensors)
-    per_micro = max(memory.stage_activation_bytes(b, s.first and i == 0, s.last and i == len(s.blocks) - 1, spec)
+    per_micro = max(memory.stage_activation_bytes(b, s.last and i == len(s.blocks) - 1, spec)
                     for i, b in enumerate(s.blocks))
     chunks = len(s.stages)
     in_flight = memory.microbatches_in_flight(cfg.parallel.pp_schedule, dims.pp, s.pp_rank,
