@@ -5,14 +5,17 @@ degree times the accumulation steps is 4 in every layout, so the eval windows ar
 and dropout 0; every layout starts from the reference's weights (train/build.py).
 Only float summation order differs (all-reduce / reduce-scatter, TP partial sums, accumulation).
 
-Tolerances (fp32): 1e-4 absolute on every step's training loss and on the final eval loss; 1e-4
-absolute on every final weight (weights have std 0.02; AdamW divides by sqrt(v), which magnifies
-summation-order noise on near-zero gradients); 1e-4 on the gradient norm before clipping (grad_clip=0.5
-is below every step's norm, so clipping with the full model's norm is exercised). Measured: losses
-<= 1e-6, weights up to 3.2e-5 (DDP x TP).
-Uneven shapes: FSDP and TP with loss parallelism on a raw-text corpus whose vocabulary (299) does not divide
-by 2 (FSDP pads the embedding and head shards, TP splits the vocabulary unevenly), at 1e-5 on every loss,
-the tolerance the README's "~1e-6" is tested at (measured 2026-11-23: 4.8e-7 for both).
+Tolerances (fp32): 2e-6 absolute on every step's training loss, on the final eval loss and on every step's
+gradient norm before clipping (grad_clip=0.5 is below every step's norm, so clipping with the full model's
+norm is exercised): the README's number. A loss near 6 has float32 steps of 4.8e-7, so 2e-6 allows 4 of them.
+Measured 2026-11-23 (torch 2.13, 2-core CPU): losses <= 9.5e-7 (TP + loss parallel), gradient norms
+<= 4.8e-7, eval losses <= 3.6e-7. 1e-4 absolute on every final weight (not in the README; weights have std
+0.02, AdamW divides by sqrt(v), which magnifies summation-order noise on near-zero gradients): measured up to
+2.7e-5 (TP + AC).
+Uneven shapes (a raw-text corpus with an odd vocabulary of 299, and a model of width 96 with 6 heads, set by
+--model.dim / --model.n_heads): FSDP (pads the embedding and head shards), TP 2 with loss parallel (3 heads,
+an odd count, per rank; the vocabulary split unevenly) and TP 3 on 3 ranks (2 heads per rank; vocabulary and
+the 32 positions split unevenly over an odd degree), at the same 2e-6 (measured: losses <= 4.8e-7).
 bf16 FSDP parameters (param_dtype=bf16, fp32 gradient reduction): 2e-2 on the losses, and the run must
 differ from fp32 (so the policy is really applied).
 
@@ -31,10 +34,10 @@ STEPS = 4
 COMMON = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
           "--train.eval_batches=4", "--train.global_batch_size=16", "--train.micro_batch_size=4",
           "--train.warmup_steps=2", "--data.seq_len=32", "--train.grad_clip=0.5"]
-LOSS_TOL = 2e-6
+LOSS_TOL = 2e-6  # the README's "within 2e-6" (module docstring)
 WEIGHT_TOL = 1e-4
 BF16_TOL = 2e-2
-GRAD_NORM_TOL = 1e-4
+GRAD_NORM_TOL = LOSS_TOL
 
 ONE_D = ["--parallel.dp_replicate=1"]
 LAYOUTS = {  # name: (ranks, overrides)
