@@ -41,8 +41,8 @@ def model_shape(size: str, n_layers: int = 0, dim: int = 0, n_heads: int = 0) ->
     overrides = {k: v for k, v in (("n_layers", n_layers), ("dim", dim), ("n_heads", n_heads)) if v}
     shape = replace(SIZES[size], **overrides)
     if shape.dim % shape.n_heads:
-        raise ConfigError(f"model width {shape.dim} (model.dim) is not divisible by {shape.n_heads} attention heads "
-                          f"(model.n_heads) of size {size!r}",
+        raise ConfigError(f"model width {shape.dim} (model.dim) is not divisible by its {shape.n_heads} "
+                          f"attention heads (model.n_heads; model.size={size!r})",
                           "pick a head count that divides the width, e.g. --model.dim=192 --model.n_heads=6")
     return shape
 

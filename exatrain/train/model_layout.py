@@ -10,8 +10,8 @@ import torch
 from exatrain.config import Config, ParallelConfig
 from exatrain.distributed.parallelize import parallelize
 from exatrain.distributed.pipeline import apply_replicate
-from exatrain.models.tp_plan import tp_plan
 from exatrain.models import configured_shape
+from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import TransformerLM
 
 

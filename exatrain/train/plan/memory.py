@@ -33,10 +33,10 @@ Activation checkpointing keeps only each checkpointed block's input (1 B*T*D ele
 set while it is recomputed in backward. Head (last stage): the final norm's fp32 input (4 bytes; in fp32 on the
 CPU also its normalised input: 8), / tp with sequence parallel, its output as the output head's whole input
 (all-gathered under sequence parallel; 2 bytes in bf16, 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V)
-are kept; at the start of backward
-the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for a moment (`head_backward_bytes`);
-/ tp with loss_parallel. Dropout masks (1 byte per element) are added per block when dropout > 0. It is an
-estimate: allocator slack, the CUDA context and temporary buffers of kernels are not in it.
+are kept; at the start of backward the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for
+a moment (`head_backward_bytes`); / tp with loss_parallel. Dropout masks (1 byte per element) are added per
+block when dropout > 0. It is an estimate: allocator slack, the CUDA context and temporary buffers of kernels
+are not in it.
 """
 
 from __future__ import annotations
