@@ -28,6 +28,8 @@ class ModelConfig:
     size: str = doc("tiny", "Named size: tiny, small, medium, large, xl (about 1B parameters).")
     dropout: float = doc(0.0, "Dropout probability (0 keeps runs bit-reproducible).")
     n_layers: int = doc(0, "Override the named size's number of blocks (0 = the size's own depth).")
+    dim: int = doc(0, "Override the named size's model width (0 = the size's own).")
+    n_heads: int = doc(0, "Override the named size's attention heads; they must divide the width (0 = the size's own).")
 
 
 @dataclass(frozen=True)

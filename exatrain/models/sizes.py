@@ -26,11 +26,27 @@ SIZES: dict[str, ModelShape] = {
 }
 
 
-def model_shape(size: str, n_layers: int = 0) -> ModelShape:
-    """Look up a named size (optionally with another depth), failing with the list of valid names."""
+def model_shape(size: str, n_layers: int = 0, dim: int = 0, n_heads: int = 0) -> ModelShape:
+    """Look up a named size, optionally with another depth, width or head count (0 keeps the size's own),
+    failing with the list of valid names or a HINT for an override that cannot work."""
     if size not in SIZES:
         raise ConfigError(f"unknown model size {size!r} (model.size)", "use one of: " + ", ".join(SIZES))
     if n_layers < 0:
         raise ConfigError(f"model.n_layers must be 0 (the size's depth) or positive, got {n_layers}",
                           "use e.g. --model.n_layers=4")
-    return replace(SIZES[size], n_layers=n_layers) if n_layers else SIZES[size]
+    for key, value, example in (("dim", dim, 192), ("n_heads", n_heads, 6)):
+        if value < 0:
+            raise ConfigError(f"model.{key} must be 0 (the size's own) or positive, got {value}",
+                              f"use e.g. --model.{key}={example}")
+    overrides = {k: v for k, v in (("n_layers", n_layers), ("dim", dim), ("n_heads", n_heads)) if v}
+    shape = replace(SIZES[size], **overrides)
+    if shape.dim % shape.n_heads:
+        raise ConfigError(f"model width {shape.dim} (model.dim) is not divisible by its {shape.n_heads} "
+                          f"attention heads (model.n_heads; model.size={size!r})",
+                          "pick a head count that divides the width, e.g. --model.dim=192 --model.n_heads=6")
+    return shape
+
+
+def configured_shape(model_cfg) -> ModelShape:
+    """The shape a `[model]` config section describes: its named size with its overrides."""
+    return model_shape(model_cfg.size, model_cfg.n_layers, model_cfg.dim, model_cfg.n_heads)

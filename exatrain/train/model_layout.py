@@ -9,15 +9,16 @@ import torch
 
 import exatrain
 from exatrain.config import Config, ParallelConfig
+from exatrain.models import configured_shape
 from exatrain.models.tp_plan import tp_plan
-from exatrain.models.transformer import TransformerLM, build_model
+from exatrain.models.transformer import TransformerLM
 
 PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # parallel.param_dtype -> FSDP's param_dtype
 
 
 def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
     """The language model the config describes (on the current default device: meta when building a layout)."""
-    return build_model(cfg.model.size, vocab_size, cfg.data.seq_len, cfg.model.dropout, cfg.model.n_layers)
+    return TransformerLM(configured_shape(cfg.model), vocab_size, cfg.data.seq_len, cfg.model.dropout)
 
 
 def apply_layout(model: torch.nn.Module, ctx, p: ParallelConfig, layout: str = "auto") -> torch.nn.Module:

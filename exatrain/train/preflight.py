@@ -8,7 +8,7 @@ from exatrain.config.checks import check_choice
 from exatrain.config.deepspeed import deepspeed_config
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
-from exatrain.models import model_shape
+from exatrain.models import configured_shape
 
 _SPLITS = ("train", "valid", "test")
 
@@ -16,7 +16,7 @@ _SPLITS = ("train", "valid", "test")
 def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     """Raise ConfigError (with a HINT) for settings that cannot work with `world_size` ranks; returns
     the checked parallel layout."""
-    shape = model_shape(cfg.model.size, cfg.model.n_layers)
+    shape = configured_shape(cfg.model)
     dims = exatrain.ParallelDims.from_config(cfg.parallel, world_size)
     t, d = cfg.train, cfg.data
     _positive("train.steps", t.steps)

@@ -16,7 +16,7 @@ from exatrain.errors import ExatrainError
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, eval_batches, make_batch, num_windows
 from exatrain.env.devices import describe_devices
-from exatrain.models import model_shape
+from exatrain.models import configured_shape
 from exatrain.observe import MetricsLog, ProgressReporter, write_json
 from exatrain.observe.digest import DIGEST_MOD, samples_digest
 from exatrain.observe.flops import transformer_flops_per_token
@@ -142,7 +142,7 @@ class Trainer:
     def _step_metrics(self) -> StepMetrics:
         """Step metrics over all ranks, logged every train.log_every steps; MFU from 6 N + 12 L D T."""
         c = self.cfg
-        shape = model_shape(c.model.size, c.model.n_layers)
+        shape = configured_shape(c.model)
         matmul_params = self.engine.num_params - (self.corpus.vocab_size + c.data.seq_len) * shape.dim
         fpt = transformer_flops_per_token(matmul_params, shape.n_layers, shape.dim, c.data.seq_len)
         return StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt, last_step=c.train.steps,

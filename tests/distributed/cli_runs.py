@@ -4,7 +4,8 @@ import torch
 
 from exatrain.config import load_config
 from exatrain.data import eval_batches
-from exatrain.models.transformer import build_model
+from exatrain.models import configured_shape
+from exatrain.models.transformer import TransformerLM
 from exatrain.train.records import read_metrics
 from exatrain.train.run import prepare_data
 from tests.conftest import run_exatrain
@@ -29,7 +30,7 @@ def plain_eval_loss(run_dir, state) -> float:
     under plain names), on the windows the run in `run_dir` evaluated."""
     cfg = load_config(str(run_dir / "config.toml"))
     corpus = prepare_data(cfg)
-    model = build_model(cfg.model.size, corpus.vocab_size, cfg.data.seq_len, n_layers=cfg.model.n_layers)
+    model = TransformerLM(configured_shape(cfg.model), corpus.vocab_size, cfg.data.seq_len)
     model.load_state_dict(state)
     model.eval()
     total, count = 0.0, 0
@@ -72,6 +73,13 @@ def max_diff(a: list[float], b: list[float]) -> float:
     """Largest absolute difference of two equally long sequences."""
     assert len(a) == len(b), (a, b)
     return max(abs(x - y) for x, y in zip(a, b))
+
+
+def describe_diffs(run: dict, reference: dict) -> str:
+    """The measured differences of a run from the reference, for the test output (printed before asserting)."""
+    norms = max_diff(run["grad_norms"], reference["grad_norms"]) if None not in run["grad_norms"] else float("nan")
+    return (f"max loss diff {max_diff(run['losses'], reference['losses']):.1e}, grad norm {norms:.1e}, "
+            f"eval {abs(run['eval'] - reference['eval']):.1e}")
 
 
 def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_tol: float) -> tuple[float, float]:

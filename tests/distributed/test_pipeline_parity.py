@@ -6,9 +6,9 @@ steps of several pipeline microbatches, gradient clipping that is active (so the
 whole model's, summed across stages), AdamW, 4 steps. Then: a forward-only evaluation, and the full
 state dict gathered across stages, which must load into a plain TransformerLM.
 
-Tolerances: 1e-4 absolute on every step's loss and on the evaluation loss (the issue's bound; measured
-differences are ~1e-6, float summation order only); 5e-5 on every final weight (as in the DDP parity
-test: AdamW magnifies summation-order noise on near-zero gradients).
+Tolerances: 2e-6 absolute on every step's loss and gradient norm and on the evaluation loss, the README's
+number for every layout (float summation order only; measured 2026-11-23: at most 4.8e-7); 5e-5 on every
+final weight (as in the DDP parity test: AdamW magnifies summation-order noise on near-zero gradients).
 """
 
 import json
@@ -29,7 +29,7 @@ from tests.distributed.helpers import spawn
 pytestmark = pytest.mark.dist
 
 VOCAB, SEQ, GLOBAL, MICRO, STEPS, LR, CLIP = 97, 16, 8, 4, 4, 3e-3, 0.5
-LOSS_TOL, WEIGHT_TOL = 1e-4, 5e-5
+LOSS_TOL, WEIGHT_TOL = 2e-6, 5e-5  # the README's 2e-6 (module docstring)
 # (schedule, stages per rank, blocks, pipeline microbatches per micro-batch), per pipeline degree
 CASES = {
     2: [("gpipe", 1, 4, 2), ("1f1b", 1, 4, 4), ("interleaved_1f1b", 2, 4, 4)],
@@ -107,7 +107,9 @@ def test_pipeline_schedules_match_single_process(pp, tmp_path):
         assert all(n > CLIP for n in ref["norms"]), "clipping should be active in this test"
         for key in ("losses", "norms"):
             diff = max(abs(a - b) for a, b in zip(got[key], ref[key]))
+            print(f"{schedule} pp={pp} {key}: max diff {diff:.1e}")
             assert diff <= LOSS_TOL, f"{schedule} pp={pp} {key}: {got[key]} vs {ref[key]}"
+        print(f"{schedule} pp={pp} eval: diff {abs(got['eval'] - ref['eval']):.1e}")
         assert abs(got["eval"] - ref["eval"]) <= LOSS_TOL, (schedule, got["eval"], ref["eval"])
         full = torch.load(tmp_path / f"{schedule}.pt", weights_only=True)
         expected = ref_model.state_dict()
@@ -117,7 +119,9 @@ def test_pipeline_schedules_match_single_process(pp, tmp_path):
         plain = _model(n_layers)
         plain.load_state_dict(full)  # strict: the gathered dict is a whole plain model
         with torch.no_grad():
-            assert abs(plain(*_batch(99, MICRO)).item() - got["eval"]) <= LOSS_TOL
+            plain_eval = plain(*_batch(99, MICRO)).item()
+        print(f"{schedule} pp={pp}: plain model from the gathered state, eval diff {abs(plain_eval - got['eval']):.1e}")
+        assert abs(plain_eval - got["eval"]) <= LOSS_TOL
 
 
 def test_stage_split_is_balanced_and_keeps_names():

@@ -73,6 +73,12 @@ def test_degrees_that_cannot_work_fail_with_hint(world, degrees, needle):
     (2, ["--parallel.tp=2", "--parallel.dp_replicate=1", "--parallel.sequence_parallel=true", "--data.seq_len=33"],
      "not divisible by parallel.tp=2"),
     (2, ["--parallel.activation_checkpoint=some"], "parallel.activation_checkpoint"),
+    # width and head overrides of the named size: checked against each other and against the TP degree
+    (2, ["--model.n_heads=3"], "width 128 (model.dim) is not divisible by its 3 attention heads"),
+    (2, ["--model.dim=-96"], "model.dim must be 0"),
+    (4, ["--model.dim=96", "--model.n_heads=6", "--parallel.tp=4", "--parallel.dp_replicate=1"],
+     "does not divide the model's attention heads (6)"),
+    (2, ["--model.dim=96", "--model.n_heads=6", "--parallel.tp=2", "--parallel.dp_replicate=1"], None),
     (4, ["--parallel.dp_shard=2", "--parallel.dp_replicate=2", "--train.global_batch_size=24",
          "--train.micro_batch_size=8"], "not divisible"),
 ])

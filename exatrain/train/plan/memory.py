@@ -5,18 +5,23 @@ only adds what a layout cannot show: AdamW state per parameter element, transien
 activation ESTIMATE from a per-block formula.
 
 Activation formula (bytes saved for backward per block, in units of B*T*D, B = samples per (pipeline)
-microbatch, T = sequence length, D = model width), read off the reference block in models/transformer.py with
-flash attention (no T x T score matrix is kept). In fp32 (CPU runs), 4 bytes per element:
+microbatch, T = sequence length, D = model width), read off the tensors autograd saves for the reference block
+in models/transformer.py with flash attention (no T x T score matrix is kept). In fp32 (CPU runs, torch 2.13),
+4 bytes per element, per block:
 
-    residual stream into the two RMSNorms                  2        (/ tp with sequence parallel)
-    norm outputs saved by wq/wk/wv and w1                  2        (whole under TP: the all-gathered input)
-    q, k, v and the attention output (SDPA)                4  \
-    wo's input (heads re-merged)                           1   |    (/ tp: heads and MLP width are sharded)
-    w1's output (GELU input) and GELU's output (w2 input)  8  /
-                                                          --
-                                                          17 elements = 68 bytes per B*T*D without TP
+    each RMSNorm's input and normalised input (x, x*rstd)   4    (/ tp with sequence parallel)
+    norm outputs saved by wq/wk/wv and w1                   2    (whole under TP: the all-gathered input)
+    q, k, v and the attention output (SDPA)                 4    (/ tp: heads are sharded; wo's input is a
+                                                                  view of the attention output)
+    w1's output (GELU input) and GELU's output (w2 input)   8    (/ tp: the MLP width is sharded)
+                                                           --
+                                                           18 elements = 72 bytes per B*T*D without TP
 
-Under bf16 autocast (GPU runs) it is not 17 x 2: MEASURED on an H100 (torch 2.11, benchmarks/gpu_memory.py,
+(checked against the saved tensors of one process, with and without activation checkpointing, in
+tests/unit/test_plan.py, and of 2 real ranks under TP and TP + SP in tests/distributed/test_plan_memory.py).
+The embeddings keep only the token ids: their sum is block 0's residual input, counted in the block.
+
+Under bf16 autocast (GPU runs) it is not 18 x 2: MEASURED on an H100 (torch 2.11, benchmarks/gpu_memory.py,
 docs/performance.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept in
 fp32 (2 x 4 bytes), and eager autocast casts the fp32 norm output to bf16 once per consumer (wq, wk, wv, w1:
 4 x 2 bytes); q, k, v, the attention output (wo's input is a view of it) and the MLP's 8 are bf16 (24 bytes):
@@ -25,11 +30,13 @@ is assumed, the total measured). Besides, autocast keeps a bf16 copy of every fp
 (2 bytes per weight element, once per rank: `weight_copy_bytes`).
 
 Activation checkpointing keeps only each checkpointed block's input (1 B*T*D elements) plus one block's full
-set while it is recomputed in backward. Head (last stage): the final norm's fp32 input and its output (4 + 2
-bytes in bf16, 4 + 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V) are kept; at the start of backward
-the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for a moment (`head_backward_bytes`);
-/ tp with loss_parallel. Dropout masks (1 byte per element) are added per block when dropout > 0. It is an
-estimate: allocator slack, the CUDA context and temporary buffers of kernels are not in it.
+set while it is recomputed in backward. Head (last stage): the final norm's fp32 input (4 bytes; in fp32 on the
+CPU also its normalised input: 8), / tp with sequence parallel, its output as the output head's whole input
+(all-gathered under sequence parallel; 2 bytes in bf16, 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V)
+are kept; at the start of backward the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for
+a moment (`head_backward_bytes`); / tp with loss_parallel. Dropout masks (1 byte per element) are added per
+block when dropout > 0. It is an estimate: allocator slack, the CUDA context and temporary buffers of kernels
+are not in it.
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ from exatrain.models import ModelShape
 
 ADAMW_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32 each, per parameter element (plus a scalar step per tensor)
 STEP_BYTES = 4  # AdamW's `step` is one fp32 scalar tensor per parameter tensor
-FULL_BLOCK = 17  # fp32: B*T*D elements saved by one block without TP (see the module docstring)
+# fp32: B*T*D elements saved by one block as (the norms' inputs and normalised inputs (/ tp with sequence
+# parallel), the norm outputs (whole under TP), terms sharded by TP); module docstring
+FP32_BLOCK = (4, 2, 12)
+FULL_BLOCK = sum(FP32_BLOCK)  # fp32: B*T*D elements saved by one block without TP
+HEAD_NORM_BYTES = {4: 8, 2: 4}  # per B*T*D, by element size: what the final norm keeps of its fp32 input
 # bf16 autocast: bytes per B*T*D saved by one block as (fp32 residual, bf16 casts of the norm outputs (whole
 # under TP), terms sharded by TP); measured on an H100 with benchmarks/gpu_memory.py (module docstring)
 BF16_BLOCK = {"eager": (8, 8, 24), "compiled": (8, 4, 22)}
@@ -72,7 +83,8 @@ def block_activation_bytes(s: ActivationSpec) -> float:
     btd = s.batch * s.seq_len * s.shape.dim
     sp = s.tp if s.sequence_parallel else 1
     if s.elem_bytes == 4:
-        per_btd = 4 * (2 / sp + 2 + (FULL_BLOCK - 4) / s.tp)
+        residual, outputs, sharded = FP32_BLOCK
+        per_btd = 4 * (residual / sp + outputs + sharded / s.tp)
     else:
         residual, casts, sharded = BF16_BLOCK["compiled" if s.compiled else "eager"]
         per_btd = residual / sp + casts + sharded / s.tp
@@ -89,7 +101,7 @@ def checkpointed_blocks(n_blocks: int, s: ActivationSpec) -> int:
     return 0
 
 
-def stage_activation_bytes(n_blocks: int, first: bool, last: bool, s: ActivationSpec) -> float:
+def stage_activation_bytes(n_blocks: int, last: bool, s: ActivationSpec) -> float:
     """Bytes kept for backward by one pipeline stage (or the whole model) for one microbatch."""
     btd = s.batch * s.seq_len * s.shape.dim
     sp = s.tp if s.sequence_parallel else 1
@@ -98,11 +110,11 @@ def stage_activation_bytes(n_blocks: int, first: bool, last: bool, s: Activation
     blocks = (n_blocks - n_ckpt) * full + n_ckpt * btd * s.elem_bytes / sp
     if n_ckpt:
         blocks += full  # one checkpointed block is recomputed (whole) at a time during backward
-    embed = btd * s.elem_bytes / sp if first else 0  # token + position embedding sum entering block 0
     head = 0.0
-    if last:  # the final norm's fp32 input and its output, the fp32 log-probs
-        head = btd * (4 + s.elem_bytes) / sp + 4 * _logits(s)
-    return blocks + embed + head
+    if last:  # the final norm's fp32 input (a sequence shard under SP), its output (gathered whole for the
+        # output head under SP), the fp32 log-probs
+        head = btd * (HEAD_NORM_BYTES[s.elem_bytes] / sp + s.elem_bytes) + 4 * _logits(s)
+    return blocks + head
 
 
 def _logits(s: ActivationSpec) -> float:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from exatrain.config import Config
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
-from exatrain.models import model_shape
+from exatrain.models import configured_shape
 from exatrain.train.plan import memory
 from exatrain.train.plan.layout import RankShards, measure_rank, representative_ranks
 from exatrain.train.preflight import preflight
@@ -112,7 +112,7 @@ def activation_spec(cfg: Config, dims: ParallelDims, vocab: int) -> memory.Activ
     p = cfg.parallel
     micro = dims.microbatches(p) if dims.pp_enabled else 1
     return memory.ActivationSpec(
-        shape=model_shape(cfg.model.size, cfg.model.n_layers), vocab=vocab, seq_len=cfg.data.seq_len,
+        shape=configured_shape(cfg.model), vocab=vocab, seq_len=cfg.data.seq_len,
         batch=cfg.train.micro_batch_size // micro, elem_bytes=compute_bytes(cfg), tp=dims.tp,
         sequence_parallel=p.sequence_parallel, loss_parallel=p.loss_parallel, ac=p.activation_checkpoint,
         ac_every=p.activation_checkpoint_every, dropout=cfg.model.dropout > 0, compiled=p.compile)
@@ -123,7 +123,7 @@ def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.Activ
     """Add gradients, optimizer state, transient buffers and activations to one rank's measured shards."""
     grads = s.param_bytes if s.grad_bytes is None else s.grad_bytes
     optim = memory.optimizer_bytes(s.param_elements, s.param_tensors)
-    per_micro = max(memory.stage_activation_bytes(b, s.first and i == 0, s.last and i == len(s.blocks) - 1, spec)
+    per_micro = max(memory.stage_activation_bytes(b, s.last and i == len(s.blocks) - 1, spec)
                     for i, b in enumerate(s.blocks))
     chunks = len(s.stages)
     in_flight = memory.microbatches_in_flight(cfg.parallel.pp_schedule, dims.pp, s.pp_rank,
