@@ -4,9 +4,9 @@ Like for like, in the same process, on the same random token batches, repetition
 plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
   * plain: what a user writes by hand: the model on the GPU (fp32 parameters), torch.compile of each block
     (`block.compile()`), autocast bf16, torch.optim.AdamW(fused=True), torch's clip_grad_norm_;
-  * exatrain: the step `exatrain train` runs on one GPU: the model built on the meta device and laid out by
-    exatrain.train.model_layout (torch.compile per block, the same granularity), weights loaded with
-    load_full_state_dict, DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
+  * exatrain: the step `exatrain train` runs on one GPU: the model built and loaded on the CPU and laid out
+    by exatrain.parallelize through exatrain.train.build (torch.compile per block, the same granularity),
+    DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
     clip_grad_norm_, build_optimizer's AdamW, the LR scheduler;
   * exatrain_foreach (optional, --variants): exatrain with torch's default (foreach) AdamW instead of the fused one;
   * fsdp (optional): exatrain's FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 reduction
@@ -27,6 +27,7 @@ code path, no measurement).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import sys
@@ -69,25 +70,35 @@ def exatrain_config(size, a, batch):
                               f"--train.global_batch_size={batch}", "--train.precision=bf16"])
 
 
+@functools.cache
+def one_rank_context(device_type: str):
+    """exatrain.init for this one process (no launcher: a world of one, no process group), once."""
+    import exatrain
+
+    return exatrain.init(device=device_type, quiet=True, affinity="off", environ={})
+
+
 def exatrain_side(size, a, device, full_state, batch):
     """The step `exatrain train --nproc=1` runs (Trainer.train_step with a DataParallelEngine)."""
     import torch
 
-    from exatrain.distributed.grad_norm import clip_grad_norm_
-    from exatrain.distributed.parallel_dims import ParallelDims
+    import exatrain
     from exatrain.train.build import build_data_parallel_model
     from exatrain.train.engine import DataParallelEngine
+    from exatrain.train.model_layout import lm_from_config
     from exatrain.train.optim import build_optimizer, build_scheduler
 
+    ctx = one_rank_context(device.type)
     cfg = exatrain_config(size, a, batch)
-    dims = ParallelDims.from_config(cfg.parallel, 1)
-    dims.build_mesh(device.type)
-    model = build_data_parallel_model(cfg, dims, device, a.vocab, full_state)
-    engine = DataParallelEngine(model, device, 0, False,
-                                lambda: torch.autocast(device.type, dtype=torch.bfloat16))
+    reference = lm_from_config(cfg, a.vocab)  # as the trainer's reference_model: on the CPU, then laid out
+    reference.load_state_dict(full_state)
+    model = build_data_parallel_model(cfg, ctx, reference)
+    engine = DataParallelEngine(model, ctx.device, 0, False,
+                                lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16))
     opt = build_optimizer(engine.model_parts, cfg.train)
     sched = build_scheduler(opt, cfg.train)
     params = list(model.parameters())
+    clip_grad_norm_ = exatrain.clip_grad_norm_
 
     def step(x, y):  # Trainer.train_step
         loss = engine.train_step([(x, y)])
@@ -331,6 +342,7 @@ def main(argv=None) -> int:
           f"{a.reps} interleaved reps x {a.steps} timed steps after {a.warmup} warm-up steps per side", flush=True)
     sizes = a.sizes.split(",")
     plans = {s: plan_total(s, a, a.batch or BATCH.get(s, 8)) for s in sizes}  # before any process group
+    one_rank_context(device.type)  # before the fsdp side's group: exatrain.init refuses to start beside one
     group = "fsdp" in a.variants.split(",")
     if group:
         _one_rank_group(device)

@@ -25,3 +25,21 @@ def test_gpu_mfu_without_cuda_says_so():
     r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_mfu"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr
+
+
+def test_gpu_mfu_code_path_runs_on_the_cpu_and_every_side_trains_the_same_model():
+    """The GPU benchmark's own smoke mode (--device cpu: no measurement) runs every side it can compare, so
+    its code cannot rot between the rare runs on a GPU; each side's first loss (the same weights on the same
+    batch, before any update) must agree, or the sides would not be like for like."""
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_mfu", "--device", "cpu", "--sizes", "tiny",
+                        "--seq-len", "32", "--batch", "2", "--steps", "1", "--reps", "1", "--warmup", "1",
+                        "--variants", "plain,exatrain,fsdp"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    first = {}
+    for line in r.stdout.splitlines():
+        if "built and warmed up" in line:
+            side = line.split()[1]
+            first[side] = float(line.split("warm-up losses ")[1].split(")")[0].split(",")[0])
+    assert set(first) == {"plain", "exatrain", "fsdp"}, r.stdout
+    assert max(first.values()) - min(first.values()) < 1e-4, first
+    assert "ratio exatrain/plain tokens/s" in r.stdout
