@@ -13,4 +13,5 @@ if [ -n "$missing" ]; then
 fi
 # horovod: built once per machine (~8 min on 2 cores), then installed from the cached wheel
 bash scripts/install.sh test,examples,deepspeed,horovod
-exec .venv/bin/python -m pytest "$@"
+# the 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be watched
+exec .venv/bin/python -m pytest --durations=30 "$@"
