@@ -38,15 +38,15 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
     """Memory marks of one step (bytes)."""
     import torch
 
-    from exatrain.distributed.parallel_dims import ParallelDims
-    from exatrain.train.build import build_data_parallel_model
+    from benchmarks.gpu_mfu import one_rank_context
+    from exatrain.train.model_layout import apply_layout, lm_from_config
     from exatrain.train.optim import build_optimizer
 
     device = torch.device("cuda", 0)
     cfg = config(size, seq, batch, compiled)
-    dims = ParallelDims.from_config(cfg.parallel, 1)
-    dims.build_mesh("cuda")
-    model = build_data_parallel_model(cfg, dims, device, vocab, full_state)
+    model = lm_from_config(cfg, vocab)  # as the trainer: built and loaded on the CPU, then laid out
+    model.load_state_dict(full_state)
+    model = apply_layout(model, one_rank_context("cuda"), cfg.parallel)
     opt = build_optimizer(model, cfg.train)
     x = torch.randint(vocab, (batch, seq), device=device)
     y = x.roll(-1, 1)

@@ -5,7 +5,7 @@ plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
   * plain: what a user writes by hand: the model on the GPU (fp32 parameters), torch.compile of each block
     (`block.compile()`), autocast bf16, torch.optim.AdamW(fused=True), torch's clip_grad_norm_;
   * exatrain: the step `exatrain train` runs on one GPU: the model built and loaded on the CPU and laid out
-    by exatrain.parallelize through exatrain.train.build (torch.compile per block, the same granularity),
+    by exatrain.parallelize through exatrain.train.model_layout (torch.compile per block, the same granularity),
     DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
     clip_grad_norm_, build_optimizer's AdamW, the LR scheduler;
   * exatrain_foreach (optional, --variants): exatrain with torch's default (foreach) AdamW instead of the fused one;
@@ -83,16 +83,15 @@ def exatrain_side(size, a, device, full_state, batch):
     import torch
 
     import exatrain
-    from exatrain.train.build import build_data_parallel_model
     from exatrain.train.engine import DataParallelEngine
-    from exatrain.train.model_layout import lm_from_config
+    from exatrain.train.model_layout import apply_layout, lm_from_config
     from exatrain.train.optim import build_optimizer, build_scheduler
 
     ctx = one_rank_context(device.type)
     cfg = exatrain_config(size, a, batch)
     reference = lm_from_config(cfg, a.vocab)  # as the trainer's reference_model: on the CPU, then laid out
     reference.load_state_dict(full_state)
-    model = build_data_parallel_model(cfg, ctx, reference)
+    model = apply_layout(reference, ctx, cfg.parallel)
     engine = DataParallelEngine(model, ctx.device, 0, False,
                                 lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16))
     opt = build_optimizer(engine.model_parts, cfg.train)

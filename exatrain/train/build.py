@@ -29,13 +29,6 @@ def reference_model(cfg: Config, vocab_size: int) -> TransformerLM:
     return model
 
 
-def build_data_parallel_model(cfg: Config, ctx, model: TransformerLM) -> torch.nn.Module:
-    """`model` parallelised for the layout of `ctx` (no pipeline parallel) with exatrain.parallelize: the
-    DDP wrapper for pure replication, else the (TP/FSDP-parallelised) model itself (replicas of a
-    tensor-parallel model average their gradients at the end of backward: parallelize set that up)."""
-    return apply_layout(model, ctx, cfg.parallel)
-
-
 def uses_bf16(precision: str, device: torch.device) -> bool:
     """train.precision: auto is bf16 on GPUs and fp32 on CPUs."""
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
@@ -56,6 +49,6 @@ def build_engine(cfg: Config, dims, ctx, vocab_size: int, autocast):
     num_params = reference.num_params()
     if dims.pp_enabled:
         return build_pipeline_engine(cfg, ctx, vocab_size, reference.state_dict(), num_params, autocast)
-    model = build_data_parallel_model(cfg, ctx, reference)
+    model = apply_layout(reference, ctx, cfg.parallel)  # the DDP wrapper for pure replication
     return DataParallelEngine(model, ctx.device, num_params, dims.tp_enabled and cfg.parallel.loss_parallel,
                               autocast)

@@ -90,16 +90,11 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
     assert summary["steps"] == 150 and summary["weights_in_sync"]
 
 
-TORCHRUN_JOB = """[job]
-nodes = 2
-time = 10
-profile = "{profile}"
-launch = "torchrun"
-signal = "USR2@60"
-[job.env]
+# what both SLURM jobs of this file train (the [job] sections differ)
+TRAIN_TAIL = """[job.env]
 OMP_NUM_THREADS = "1"
 [train]
-steps = 150
+steps = {steps}
 log_every = 1
 eval_every = 0
 eval_batches = 4
@@ -109,6 +104,13 @@ micro_batch_size = 8
 [data]
 seq_len = 64
 """
+TORCHRUN_JOB = """[job]
+nodes = 2
+time = 10
+profile = "{profile}"
+launch = "torchrun"
+signal = "USR2@60"
+""" + TRAIN_TAIL
 
 
 def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
@@ -121,7 +123,7 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     profile = tmp_path / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
     config = tmp_path / "job.toml"
-    config.write_text(TORCHRUN_JOB.format(profile=profile))
+    config.write_text(TORCHRUN_JOB.format(profile=profile, steps=150))
     run = tmp_path / "runs" / "tr"
     r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -158,19 +160,7 @@ profile = "{profile}"
 launch = "srun"
 signal = "USR2@60"
 command = {command}
-[job.env]
-OMP_NUM_THREADS = "1"
-[train]
-steps = {steps}
-log_every = 1
-eval_every = 0
-eval_batches = 4
-eval_at_start = false
-global_batch_size = 32
-micro_batch_size = 8
-[data]
-seq_len = 64
-"""
+""" + TRAIN_TAIL
 
 
 def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(slurm_cluster, tmp_path):
