@@ -99,7 +99,7 @@ def _run_profile(name: str | None):
 def _run_local(args, env, target) -> int:
     from exatrain.launch import check_nproc
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
-    from exatrain.launch.run import batch_shell_error
+    from exatrain.launch.run import SCRIPT_RUNNER, batch_shell_error
 
     problem = batch_shell_error(env)
     if problem and args.nproc is None:
@@ -111,8 +111,7 @@ def _run_local(args, env, target) -> int:
     note = cores_note(nproc)
     if note:
         print(f"exatrain: note: {note}", file=sys.stderr)
-    argv = ["-m", target.name] if target.is_module else [target.name]
-    return launch_target(nproc, [*argv, *target.args], max_restarts=args.max_restarts)
+    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts)
 
 
 def cmd_env(args, overrides: list[str]) -> int:

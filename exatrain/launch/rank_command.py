@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from exatrain.errors import ConfigError
 
 _PYTHON = re.compile(r"python[0-9.]*")
+SCRIPT_RUNNER = "exatrain.launch.script_runner"  # how exatrain starts a Python script in a rank
 
 
 def command_kind(cmd: list[str]) -> str:
@@ -61,3 +62,13 @@ def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:
     target = _python_target(cmd)
     head = ["exatrain"] if cmd[0].endswith(".py") else [cmd[0], "-m", "exatrain.cli.main"]
     return [*head, "run", f"--profile={profile}", *(target if target[0] == "-m" else ["--", *target])]
+
+
+def run_under_script_runner(cmd: list[str]) -> list[str]:
+    """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
+    mode: torchrun gives the variables; the runner behaves like python and frees what the script left before
+    Python exits, see `launch.script_runner`). A bare ``train.py`` runs as given."""
+    target = _python_target(cmd)
+    if cmd[0].endswith(".py"):
+        return list(cmd)
+    return [cmd[0], "-u", "-m", SCRIPT_RUNNER, *target]

@@ -4,7 +4,8 @@ Outside a launcher the script runs in N local workers under torchrun's elastic a
 Inside one (a SLURM job step, an MPI job, torchrun) this process is the rank: it gives the script the
 variables a torchrun-started script expects (`torch_variables`), checks the master address, the GPU
 visibility and the CPU affinity with exatrain's rules, and then replaces itself with the script
-(`os.execve`: same PID, so SLURM's signals reach the script, and its exit code is the task's).
+(`os.execve`: same PID, so SLURM's signals reach the script, and its exit code is the task's). The script runs
+under `launch.script_runner`, which behaves like ``python SCRIPT`` but frees what it left before Python exits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from exatrain.env.affinity import check_rank, physical_gpu
 from exatrain.env.devices import count_node_gpus, narrowed_ids, pick_device_index, visibility, visibility_problem
 from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
+from exatrain.launch.rank_command import SCRIPT_RUNNER
 
 _USAGE = "exatrain run [--nproc N] [--max-restarts K] [--] SCRIPT.py [ARGS...]   or   exatrain run -m MODULE [ARGS...]"
 _PYTHON_SUFFIXES = (".py", ".pyw")
@@ -34,10 +36,15 @@ class Target:
     is_module: bool
     args: tuple[str, ...] = ()
 
+    def words(self) -> list[str]:
+        """``SCRIPT ARGS`` or ``-m MODULE ARGS``, as torchrun and `launch.script_runner` take them."""
+        return [*(["-m", self.name] if self.is_module else [self.name]), *self.args]
+
     def argv(self) -> list[str]:
-        """The interpreter arguments after the interpreter itself, as torchrun gives them (`-u`: unbuffered
-        output, so ranks' lines reach the job log as they are printed)."""
-        return ["-u", *(["-m", self.name] if self.is_module else [self.name]), *self.args]
+        """The interpreter arguments after the interpreter itself: `launch.script_runner` runs the target
+        (see there why), unbuffered (`-u`, as torchrun starts workers) so ranks' lines reach the job log as
+        they are printed."""
+        return ["-u", "-m", SCRIPT_RUNNER, *self.words()]
 
 
 def check_target(target: Target | None, cwd: str | None = None) -> Target:

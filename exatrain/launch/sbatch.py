@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import SiteProfile
-from exatrain.launch.rank_command import check_interpreter_options, command_kind, wrap_in_exatrain_run
+from exatrain.launch.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
+                                          wrap_in_exatrain_run)
 from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
@@ -209,8 +210,9 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     In srun mode a Python script or module is wrapped in `exatrain run`, which gives it torchrun's variables."""
     cmd = list(spec.command)
     kind = command_kind(cmd)
-    if kind == "python" and spec.launch == "srun":
-        return shlex.join(wrap_in_exatrain_run(cmd, spec.profile))
+    if kind == "python":
+        wrapped = wrap_in_exatrain_run(cmd, spec.profile) if spec.launch == "srun" else run_under_script_runner(cmd)
+        return shlex.join(wrapped)
     if kind == "other" and spec.launch == "srun":
         check_interpreter_options(cmd)
     if kind != "trainer":
@@ -286,6 +288,13 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
     return [f"# CPU binding: {binding.reason}."] if binding.reason else []
 
 
+def _torchrun_script_note(spec: JobSpec) -> list[str]:
+    if command_kind(list(spec.command)) != "python" or spec.command[0].endswith(".py"):
+        return []
+    return ["# exatrain.launch.script_runner runs the script as python would, then frees what it left before",
+            "# Python exits (a gloo thread still holding tensors at exit aborts the worker in torch 2.13)."]
+
+
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
     container = shlex.join(_container(spec, profile, rank))
@@ -307,7 +316,7 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
         "# The agent forwards job.signal to its workers (--signals-to-handle) and waits the signal's lead time",
         "# for their checkpoint before it stops them (--shutdown-timeout).",
-    ] + _torchrun_binding_note(spec, profile)
+    ] + _torchrun_binding_note(spec, profile) + _torchrun_script_note(spec)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
              f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)

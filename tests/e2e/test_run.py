@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 EXAMPLE = ROOT / "examples" / "torchrun_ddp" / "train.py"
 SHOW = ("import json, os, sys\n"
         "names = 'RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID'\n"
-        "print(json.dumps({'pid': os.getpid(), 'argv': sys.argv[1:], "
-        "**{n: os.environ.get(n) for n in names.split()}}), flush=True)\n"
+        "sys.stdout.write(json.dumps({'pid': os.getpid(), 'argv': sys.argv[1:], "  # one write: ranks share the pipe
+        "**{n: os.environ.get(n) for n in names.split()}}) + '\\n')\n"
         "sys.exit(int(os.environ.get('EXIT_ON_RANK_1', '0')) if os.environ.get('RANK') == '1' else 0)\n")
 
 
@@ -33,6 +33,36 @@ def test_example_in_two_local_workers(tmp_path):
     assert ranks[0]["losses"][2] < ranks[0]["losses"][0]  # it trained
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP kept the replicas equal
     assert "epoch 2: loss" in r.stdout and "Traceback" not in r.stderr
+
+
+LEFT_IN_A_CYCLE = """import sys
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Model(DDP):
+    def __del__(self):
+        sys.stdout.write(f"rank {self.rank}: model freed while finalizing: {sys.is_finalizing()}\\n")
+
+
+dist.init_process_group("gloo")
+model = Model(nn.Linear(4, 1))
+model.rank, model.cycle = dist.get_rank(), model
+model(torch.ones(2, 4)).sum().backward()
+dist.destroy_process_group()  # the model still holds the process group (and so its gloo threads)
+"""
+
+
+def test_a_model_left_in_a_cycle_is_freed_before_python_finalizes(tmp_path):
+    """The DDP model (and with it the process group, whose gloo threads may still be about to drop tensors)
+    is freed while Python is alive, not in the final collection during finalization, where a gloo thread
+    reaching for the GIL aborts the process (pytorch/pytorch#190489; see exatrain/launch/script_runner.py)."""
+    (tmp_path / "cycle.py").write_text(LEFT_IN_A_CYCLE)
+    r = run_exatrain(["run", "--nproc", "2", "cycle.py"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == [f"rank {i}: model freed while finalizing: False" for i in range(2)]
 
 
 def test_failing_rank_is_named_and_its_exit_code_passed_through(tmp_path):
