@@ -18,7 +18,8 @@ from exatrain.train.records import read_metrics
 
 pytestmark = pytest.mark.slurm
 
-ARGS = ["--train.steps=150", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=4",
+STEPS = 80  # the signal comes at step 10, ~15 s before the end on a loaded 2-core machine
+ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=4",
         "--train.eval_at_start=false", "--train.global_batch_size=32", "--train.micro_batch_size=8",
         "--data.seq_len=64"]
 
@@ -58,7 +59,7 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
     script.write_text(JOB.format(python=sys.executable, args=" ".join(ARGS)))
     job = slurm_cluster.sbatch(script, cwd=tmp_path)
     metrics = tmp_path / "run" / "metrics.jsonl"
-    _poll("training to reach step 15", lambda: _last_step(metrics) >= 15, 300)
+    _poll("training to reach step 10", lambda: _last_step(metrics) >= 10, 300)
     assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 120)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
@@ -70,24 +71,24 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
     assert "DUE TO JOB REQUEUE" in out, out
     assert "resumed from" in out, out
     ckpt_step = int(out.split("checkpointing at step ")[1].split()[0])
-    assert 15 <= ckpt_step < 150
+    assert 10 <= ckpt_step < STEPS
 
     ref = tmp_path / "reference"
     r = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     got, want = read_metrics(metrics), read_metrics(ref / "metrics.jsonl")
     records = [m for m in got if m["kind"] == "train"]
-    assert [m["step"] for m in records] == list(range(1, 151)), "every step recorded exactly once, in order"
+    assert [m["step"] for m in records] == list(range(1, STEPS + 1)), "every step recorded exactly once, in order"
     train_got = {m["step"]: m for m in records}
     train_want = {m["step"]: m for m in want if m["kind"] == "train"}
-    assert abs(train_got[150]["loss"] - train_want[150]["loss"]) <= 1e-5
-    assert [m["batch_digest"] for m in records] == [train_want[s]["batch_digest"] for s in range(1, 151)], \
+    assert abs(train_got[STEPS]["loss"] - train_want[STEPS]["loss"]) <= 1e-5
+    assert [m["batch_digest"] for m in records] == [train_want[s]["batch_digest"] for s in range(1, STEPS + 1)], \
         "a global batch skipped or repeated across the requeue"
     final_got = [m for m in got if m["kind"] == "eval"][-1]["loss"]
     final_want = [m for m in want if m["kind"] == "eval"][-1]["loss"]
     assert abs(final_got - final_want) <= 1e-5
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 150 and summary["weights_in_sync"]
+    assert summary["steps"] == STEPS and summary["weights_in_sync"]
 
 
 # what both SLURM jobs of this file train (the [job] sections differ)
@@ -123,13 +124,13 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     profile = tmp_path / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
     config = tmp_path / "job.toml"
-    config.write_text(TORCHRUN_JOB.format(profile=profile, steps=150))
+    config.write_text(TORCHRUN_JOB.format(profile=profile, steps=STEPS))
     run = tmp_path / "runs" / "tr"
     r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     assert "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in (tmp_path / "runs" / "tr.sbatch").read_text()
-    _poll("training to reach step 15", lambda: _last_step(run / "metrics.jsonl") >= 15, 300)
+    _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
     assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
@@ -141,18 +142,14 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     assert not (run / "requeue-requested").exists()
 
     ref = tmp_path / "reference"
-    args = ["--train.steps=150", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=4",
-            "--train.eval_at_start=false", "--train.global_batch_size=32", "--train.micro_batch_size=8",
-            "--data.seq_len=64"]
-    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *args], cwd=tmp_path)
+    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     got = {m["step"]: m["loss"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"}
     want = {m["step"]: m["loss"] for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
-    assert sorted(got) == list(range(1, 151))
-    assert abs(got[150] - want[150]) <= 1e-5
+    assert sorted(got) == list(range(1, STEPS + 1))
+    assert abs(got[STEPS] - want[STEPS]) <= 1e-5
 
 
-SRUN_STEPS = 80  # fewer than the tests above: the signal comes at step 10, ~15 s before the end here
 SRUN_JOB = """[job]
 nodes = 2
 time = 10
@@ -178,7 +175,7 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     rank = ["env", f"PATH={venv_bin}", sys.executable, "-m", "exatrain.cli.main", "train",
             f"--config={run.parent / 'nosc.toml'}", f"--run.dir={run}"]
     config = tmp_path / "job.toml"
-    config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=SRUN_STEPS))
+    config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=STEPS))
     r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
@@ -192,17 +189,16 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     assert out.count(f"exatrain job {job} ") == 2, out  # the batch script ran twice: requeued once
     assert slurm_cluster.job_info(job)[0].get("Restarts") == "1"
     assert "signal SIGUSR2: checkpointing at step" in out, out
-    assert 10 <= int(out.split("checkpointing at step ")[1].split()[0]) < SRUN_STEPS
+    assert 10 <= int(out.split("checkpointing at step ")[1].split()[0]) < STEPS
     assert "scontrol not found" in out and "(exit code 75)" in out, out  # the ranks could not requeue
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
 
     ref = tmp_path / "reference"
-    args = [a if not a.startswith("--train.steps=") else f"--train.steps={SRUN_STEPS}" for a in ARGS]
-    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *args], cwd=tmp_path)
+    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     records = [m for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"]
     want = {m["step"]: m for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
-    assert [m["step"] for m in records] == list(range(1, SRUN_STEPS + 1)), "every step once, in order"
-    assert abs(records[-1]["loss"] - want[SRUN_STEPS]["loss"]) <= 1e-5
-    assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, SRUN_STEPS + 1)]
+    assert [m["step"] for m in records] == list(range(1, STEPS + 1)), "every step once, in order"
+    assert abs(records[-1]["loss"] - want[STEPS]["loss"]) <= 1e-5
+    assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, STEPS + 1)]
