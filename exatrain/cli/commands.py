@@ -99,7 +99,8 @@ def _run_profile(name: str | None):
 def _run_local(args, env, target) -> int:
     from exatrain.launch import check_nproc
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
-    from exatrain.launch.run import SCRIPT_RUNNER, batch_shell_error
+    from exatrain.launch.rank_command import SCRIPT_RUNNER
+    from exatrain.launch.run import batch_shell_error
 
     problem = batch_shell_error(env)
     if problem and args.nproc is None:

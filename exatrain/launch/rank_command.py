@@ -64,11 +64,16 @@ def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:
     return [*head, "run", f"--profile={profile}", *(target if target[0] == "-m" else ["--", *target])]
 
 
+def script_runner_argv(target: list[str]) -> list[str]:
+    """Interpreter arguments that run ``SCRIPT ARGS`` or ``-m MODULE ARGS`` through `launch.script_runner`,
+    unbuffered (``-u``, as torchrun starts workers) so ranks' lines reach the job log as they are printed."""
+    return ["-u", "-m", SCRIPT_RUNNER, *target]
+
+
 def run_under_script_runner(cmd: list[str]) -> list[str]:
     """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
     mode: torchrun gives the variables; the runner behaves like python and frees what the script left before
     Python exits, see `launch.script_runner`). A bare ``train.py`` runs as given."""
-    target = _python_target(cmd)
     if cmd[0].endswith(".py"):
         return list(cmd)
-    return [cmd[0], "-u", "-m", SCRIPT_RUNNER, *target]
+    return [cmd[0], *script_runner_argv(_python_target(cmd))]

@@ -22,7 +22,7 @@ from exatrain.env.affinity import check_rank, physical_gpu
 from exatrain.env.devices import count_node_gpus, narrowed_ids, pick_device_index, visibility, visibility_problem
 from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.launch.rank_command import SCRIPT_RUNNER
+from exatrain.launch.rank_command import script_runner_argv
 
 _USAGE = "exatrain run [--nproc N] [--max-restarts K] [--] SCRIPT.py [ARGS...]   or   exatrain run -m MODULE [ARGS...]"
 _PYTHON_SUFFIXES = (".py", ".pyw")
@@ -42,9 +42,8 @@ class Target:
 
     def argv(self) -> list[str]:
         """The interpreter arguments after the interpreter itself: `launch.script_runner` runs the target
-        (see there why), unbuffered (`-u`, as torchrun starts workers) so ranks' lines reach the job log as
-        they are printed."""
-        return ["-u", "-m", SCRIPT_RUNNER, *self.words()]
+        (see there why)."""
+        return script_runner_argv(self.words())
 
 
 def check_target(target: Target | None, cwd: str | None = None) -> Target:

@@ -289,7 +289,8 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
 
 
 def _torchrun_script_note(spec: JobSpec) -> list[str]:
-    if command_kind(list(spec.command)) != "python" or spec.command[0].endswith(".py"):
+    cmd = list(spec.command)
+    if command_kind(cmd) != "python" or run_under_script_runner(cmd) == cmd:
         return []
     return ["# exatrain.launch.script_runner runs the script as python would, then frees what it left before",
             "# Python exits (a gloo thread still holding tensors at exit aborts the worker in torch 2.13)."]

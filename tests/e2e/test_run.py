@@ -126,6 +126,19 @@ def test_rank_wrapper_becomes_the_script(tmp_path):
     assert len({s["MASTER_PORT"] for s in seen}) == 1
 
 
+def test_rank_wrapper_frees_what_the_script_left_before_python_finalizes(tmp_path):
+    """Per rank (srun's variables) the script also runs through the script runner: an object it left in a
+    reference cycle is freed before finalization (plain python frees it during; see test_script_runner)."""
+    (tmp_path / "cycle.py").write_text(
+        "import sys\n\n\nclass Model:\n    def __del__(self):\n"
+        "        print('freed while finalizing:', sys.is_finalizing(), flush=True)\n\n\n"
+        "model = Model()\nmodel.self = model\n")
+    r = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "run", "cycle.py"], cwd=tmp_path,
+                       env=clean_environment(_slurm_task(0)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "freed while finalizing: False"
+
+
 def test_master_options(tmp_path):
     """--resolve-master gives an IP and --master-port the port; --profile juwels-booster adds JSC's suffix
     'i' to the host name, which does not resolve here: refused at once, naming it."""

@@ -48,6 +48,14 @@ def test_a_script_sees_what_python_gives_it_and_its_exit_code_passes(tmp_path):
     assert runner.stdout == plain.stdout and f"{tmp_path}/sub" in plain.stdout, (plain.stdout, runner.stdout)
 
 
+def test_argv0_is_the_scripts_absolute_path(tmp_path):
+    """The one documented difference from plain python, which keeps argv[0] as given."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "argv0.py").write_text("import sys\nprint(sys.argv[0])\n")
+    runner = _run([*RUNNER, "sub/argv0.py"], tmp_path)
+    assert runner.stdout.strip() == str(tmp_path / "sub" / "argv0.py")
+
+
 def test_a_module_runs_as_under_python_dash_m(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
