@@ -6,7 +6,11 @@ The script is the tutorial shape at module level: a DDP model, a few steps, an a
 failed. Not a timing benchmark: the counts depend on how loaded the machine is (a busier machine schedules
 gloo's threads later and aborts more often), so compare the two sides of one run only.
 
+With --held the DDP model is also kept from another module's global (here `builtins`) until exit, so freeing
+the script's garbage cannot release its process group: only never finalizing the interpreter avoids the race.
+
     .venv/bin/python benchmarks/exit_race.py --runs 30
+    .venv/bin/python benchmarks/exit_race.py --runs 30 --held
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ for _ in range(3):
     mean = total[0].item() / total[1].item()
 dist.destroy_process_group()
 """
+HELD = "import builtins\nbuiltins.kept_model = model  # as a module global elsewhere would keep it\n"
 SIDES = {"plain torchrun": [], "script runner": ["-m", "exatrain.launch.script_runner"]}
 
 
@@ -44,12 +49,14 @@ def aborted(side: list[str], script: str, port: int) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="runs per side")
+    parser.add_argument("--held", action="store_true", help="keep the DDP model referenced until exit")
     args = parser.parse_args()
     counts = dict.fromkeys(SIDES, 0)
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "ddp_exit.py")
         with open(script, "w") as f:
-            f.write(SCRIPT)
+            f.write(SCRIPT.replace("dist.destroy_process_group()", HELD + "dist.destroy_process_group()")
+                    if args.held else SCRIPT)
         for i in range(args.runs):
             for j, (name, side) in enumerate(SIDES.items()):
                 counts[name] += aborted(side, script, 31000 + 2 * i + j)

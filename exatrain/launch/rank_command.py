@@ -72,8 +72,8 @@ def script_runner_argv(target: list[str]) -> list[str]:
 
 def run_under_script_runner(cmd: list[str]) -> list[str]:
     """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
-    mode: torchrun gives the variables; the runner behaves like python and frees what the script left before
-    Python exits, see `launch.script_runner`). A bare ``train.py`` runs as given."""
+    mode: torchrun gives the variables; the runner behaves like python but exits without the interpreter's
+    finalization, see `launch.script_runner`). A bare ``train.py`` runs as given."""
     if cmd[0].endswith(".py"):
         return list(cmd)
     return [cmd[0], *script_runner_argv(_python_target(cmd))]

@@ -4,8 +4,9 @@ Outside a launcher the script runs in N local workers under torchrun's elastic a
 Inside one (a SLURM job step, an MPI job, torchrun) this process is the rank: it gives the script the
 variables a torchrun-started script expects (`torch_variables`), checks the master address, the GPU
 visibility and the CPU affinity with exatrain's rules, and then replaces itself with the script
-(`os.execve`: same PID, so SLURM's signals reach the script, and its exit code is the task's). The script runs
-under `launch.script_runner`, which behaves like ``python SCRIPT`` but frees what it left before Python exits.
+(`os.execve`: same PID, so SLURM's signals reach the script, and its exit code is the task's). The script
+runs under `launch.script_runner`, which behaves like ``python SCRIPT`` but exits without the interpreter's
+finalization.
 """
 
 from __future__ import annotations

@@ -292,8 +292,8 @@ def _torchrun_script_note(spec: JobSpec) -> list[str]:
     cmd = list(spec.command)
     if command_kind(cmd) != "python" or run_under_script_runner(cmd) == cmd:
         return []
-    return ["# exatrain.launch.script_runner runs the script as python would, then frees what it left before",
-            "# Python exits (a gloo thread still holding tensors at exit aborts the worker in torch 2.13)."]
+    return ["# exatrain.launch.script_runner runs the script as python would, then exits without Python's",
+            "# finalization (where a gloo thread still holding tensors aborts the worker in torch 2.13)."]
 
 
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:

@@ -1,16 +1,18 @@
 """How exatrain starts a user's Python script in each rank: ``python -m exatrain.launch.script_runner SCRIPT.py
-ARGS`` (or ``-m MODULE ARGS``) runs it exactly as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``,
-``sys.path[0]``, exit code), and then releases what the script left behind while Python is still fully alive.
+ARGS`` (or ``-m MODULE ARGS``) runs it as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``,
+``sys.path[0]``, exit code, traceback) and then ends the process without the interpreter's finalization.
 
 Why: torch 2.13's gloo worker threads drop the tensors of a finished collective after the caller has moved on,
 and dropping a tensor that Python also saw takes the GIL. A process group kept alive past
 ``destroy_process_group()`` (a DDP model holds one, and models sit in reference cycles or module globals until
-the interpreter is torn down) still has those threads at exit; if one of them reaches for the GIL while Python
-finalizes, CPython ends that thread from inside a C++ destructor and the process aborts ("terminate called
-without an active exception", SIGABRT), failing a job whose training finished (pytorch/pytorch#190489). Running
-the script with `runpy` leaves its globals as garbage when it returns; a garbage collection in an exit handler,
-registered before the script runs so it runs after the script's own, frees models and process groups while
-the interpreter can still serve those threads (the process group's destructor waits for them without the GIL).
+the interpreter is torn down) still has those threads at exit; if one of them reaches for the GIL once Python
+has started finalizing, CPython ends that thread from inside a C++ destructor and the process aborts
+("terminate called without an active exception", SIGABRT), failing a job whose training finished
+(pytorch/pytorch#190489). Freeing the script's garbage first only narrows that race (whatever still holds a
+process group keeps its threads running), so the runner never lets finalization start: it does what Python
+does before finalizing (joins non-daemon threads, runs atexit handlers), frees the script's garbage, flushes
+every open file, and leaves with ``os._exit`` as multiprocessing's child processes do. The one difference a
+script can see: objects still referenced at exit (from another module's globals, say) are not finalized.
 
 Never imports torch.
 """
@@ -19,23 +21,19 @@ from __future__ import annotations
 
 import atexit
 import gc
+import io
 import os
 import runpy
+import signal
 import sys
 
 _USAGE = "usage: python -m exatrain.launch.script_runner SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
-
-
-def _release_leftovers() -> None:
-    """Collect what the script left (its globals, reference cycles) before the interpreter finalizes."""
-    gc.collect()
 
 
 def run(argv: list[str]) -> None:
     """Run ``SCRIPT ARGS`` or ``-m MODULE ARGS`` as ``__main__``, as the interpreter itself would."""
     if not argv or argv[0] == "-m" and len(argv) < 2:
         raise SystemExit(_USAGE)
-    atexit.register(_release_leftovers)
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file name in argv[0], as python -m does
@@ -51,7 +49,7 @@ def run(argv: list[str]) -> None:
 
 def _forget_script_module() -> None:
     """Importing multiprocessing (torch does) aliases ``__main__`` as ``__mp_main__``: while the script ran,
-    that was the script's module, which would keep all its globals alive until Python finalizes."""
+    that was the script's module, which would keep all its globals alive."""
     if "__mp_main__" in sys.modules:
         sys.modules["__mp_main__"] = sys.modules["__main__"]
 
@@ -60,18 +58,67 @@ def _is_runner_frame(filename: str) -> bool:
     return filename == __file__ or filename == runpy.__file__ or filename == "<frozen runpy>"
 
 
+def _exit_code(e: SystemExit) -> int:
+    """The status python gives ``sys.exit(code)``: None is 0, an int is itself, anything else is printed and 1."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def _print_uncaught(e: BaseException) -> None:
+    """Print an uncaught exception as python does, without this module's and runpy's frames, then drop the
+    traceback so the objects its frames held can be freed."""
+    tb = e.__traceback__
+    while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    sys.excepthook(type(e), e.with_traceback(tb), tb)
+    e.__traceback__ = tb = None
+
+
+def _flush_open_files() -> None:
+    """Write out what files the script left open still buffer (python's finalization would close them)."""
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except (OSError, ValueError):
+                pass  # a broken pipe or a detached buffer: python's own close would fail the same way
+
+
+def _leave(code: int, interrupted: bool = False) -> None:
+    """End the process as python would after the script, minus finalization (see the module docstring)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()  # wait for non-daemon threads, as Py_FinalizeEx does first
+    atexit._run_exitfuncs()  # the script's (and torch's, logging's, multiprocessing's) exit handlers, in order
+    gc.collect()  # free the script's models and process groups while the interpreter is whole
+    _flush_open_files()
+    if interrupted:  # python ends by SIGINT after an uncaught KeyboardInterrupt, so the shell sees it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)  # exit() keeps the low byte of the status too
+
+
 def main() -> None:
-    """Run the target; an uncaught exception is printed as python prints it (without this module's and
-    runpy's frames) and exits 1, and its traceback is dropped so the script's objects can still be freed."""
+    """Run the target and leave with its exit status; an uncaught exception is printed as python prints it
+    and exits 1; an uncaught KeyboardInterrupt ends the process by SIGINT, as under python."""
+    interrupted = False
     try:
         run(sys.argv[1:])
-    except Exception as e:
-        tb = e.__traceback__
-        while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
-            tb = tb.tb_next
-        sys.excepthook(type(e), e.with_traceback(tb), tb)
-        e.__traceback__ = tb = None
-        raise SystemExit(1) from None
+        code = 0
+    except SystemExit as e:
+        code = _exit_code(e)
+    except KeyboardInterrupt as e:
+        _print_uncaught(e)
+        code, interrupted = 128 + signal.SIGINT, True
+    except Exception as e:  # the script's own error, reported as python reports it
+        _print_uncaught(e)
+        code = 1
+    _leave(code, interrupted)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """exatrain.launch.script_runner: a script started through it behaves as under plain `python` (checked against
-a real `python` run of the same script), and what the script leaves behind is freed before the interpreter
-starts finalizing (the difference that keeps gloo's threads from aborting the process at exit)."""
+a real `python` run of the same script: output, exit status, exit handlers, threads, files left open), what
+it leaves behind is freed while the interpreter is whole, and the interpreter never starts finalizing (the
+difference that keeps gloo's threads from aborting the process at exit)."""
 
+import signal
 import subprocess
 import sys
 
@@ -81,3 +83,76 @@ def test_what_the_script_left_is_freed_before_python_finalizes(tmp_path):
     assert plain.stdout.strip() == "freed while finalizing: True"  # the case the runner exists for
     assert runner.stdout.strip() == "freed while finalizing: False"
     assert runner.returncode == 0
+
+
+# Python's order at exit: the main thread's end, then non-daemon threads are waited for, then exit handlers run
+# last-registered first. A file written through a buffer and never closed, held by another module.
+ENDING = """import atexit, sys, threading, time
+import leftover
+
+
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+
+
+threading.Thread(target=late).start()
+atexit.register(print, "registered first")
+atexit.register(print, "registered second")
+leftover.log = open(sys.argv[1], "w")
+leftover.log.write("written, never closed")
+print("end of script")
+"""
+
+
+def test_threads_exit_handlers_and_files_left_open_end_as_under_python(tmp_path):
+    (tmp_path / "leftover.py").write_text("log = None\n")
+    (tmp_path / "ending.py").write_text(ENDING)
+    plain = _run([sys.executable, "ending.py", "plain.txt"], tmp_path)
+    runner = _run([*RUNNER, "ending.py", "runner.txt"], tmp_path)
+    order = ["end of script", "thread done", "registered second", "registered first"]
+    assert plain.stdout.splitlines() == order, plain.stdout
+    assert runner.stdout.splitlines() == order, runner.stdout
+    assert (tmp_path / "runner.txt").read_text() == (tmp_path / "plain.txt").read_text() == "written, never closed"
+    assert plain.returncode == runner.returncode == 0
+
+
+def test_sys_exit_with_a_message_prints_it_and_exits_1_as_under_python(tmp_path):
+    (tmp_path / "msg.py").write_text("import sys\nsys.exit('no data in ./data: pass --data')\n")
+    plain = _run([sys.executable, "msg.py"], tmp_path)
+    runner = _run([*RUNNER, "msg.py"], tmp_path)
+    assert plain.returncode == runner.returncode == 1
+    assert runner.stderr == plain.stderr == "no data in ./data: pass --data\n"
+
+
+def test_an_uncaught_keyboard_interrupt_ends_by_sigint_as_under_python(tmp_path):
+    (tmp_path / "ctrl_c.py").write_text("raise KeyboardInterrupt\n")
+    plain = _run([sys.executable, "ctrl_c.py"], tmp_path)
+    runner = _run([*RUNNER, "ctrl_c.py"], tmp_path)
+    assert plain.returncode == runner.returncode == -signal.SIGINT
+    assert runner.stderr == plain.stderr and "KeyboardInterrupt" in runner.stderr
+
+
+# An object another module still references at exit: python finalizes it during interpreter shutdown (where a
+# gloo thread reaching for the GIL aborts the process); the runner never starts that shutdown.
+HELD = """import sys
+import holder
+
+
+class Model:
+    def __del__(self):
+        print("freed while finalizing:", sys.is_finalizing(), flush=True)
+
+
+holder.model = Model()
+"""
+
+
+def test_the_interpreter_never_starts_finalizing(tmp_path):
+    """The documented difference from plain python: objects still referenced at exit are not finalized."""
+    (tmp_path / "holder.py").write_text("model = None\n")
+    (tmp_path / "held.py").write_text(HELD)
+    plain = _run([sys.executable, "held.py"], tmp_path)
+    runner = _run([*RUNNER, "held.py"], tmp_path)
+    assert plain.stdout.strip() == "freed while finalizing: True"
+    assert runner.stdout == "" and runner.returncode == 0
