@@ -1,5 +1,6 @@
 """docs/api.md's examples (its ```python blocks) run as written: the main loop as one process (twice: the second run resumes and
-finds it complete), then every smaller example after it in the same script."""
+finds it complete), then every smaller example after it in the same script; and every public name of `import exatrain`
+is documented there with an example that runs."""
 
 import json
 import re
@@ -7,9 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import exatrain
 from tests.conftest import clean_environment
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+#: public names whose example is a ```py block this file does not run, and why
+NOT_RUN_HERE = {
+    "init_deepspeed": "needs the deepspeed extra",
+    "attach_deepspeed": "needs the deepspeed extra",
+    "init_horovod": "needs horovod (scripts/install.sh horovod)",
+    "Pipeline": "needs two ranks: tests/distributed/test_api_public.py runs its example",
+}
 
 
 def _blocks() -> list[str]:
@@ -42,3 +51,24 @@ def test_every_other_example_runs(tmp_path):
     assert len(snippets) >= 5
     r = _run("\n".join([blocks[0].split("EPOCHS = 3")[0], *snippets]), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "HINT: call init() once" in r.stdout  # the second init() raised ExatrainError
+    assert "pp 1 x dp_replicate 2 x dp_shard 4 x tp 2 (HSDP, TP)" in r.stdout  # ParallelDims, as the comment says
+    # StepMetrics: 512 samples / 64 per step = 8 steps, a record on log steps 4 and 8 only
+    records = [json.loads(line) for line in (tmp_path / "runs/step-metrics-demo/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [4, 8]
+    assert all(r["kind"] == "train" and r["loss"] > 0 and r["samples_per_s"] > 0 for r in records)
+
+
+def test_every_public_name_is_documented_with_an_example():
+    """docs/api.md names each of `exatrain.__all__` as `exatrain.NAME`, and uses it in a ```python block that the
+    tests above run (except the few in NOT_RUN_HERE, each in a ```py example)."""
+    text = DOC.read_text()
+    run = "\n".join(_blocks())
+    not_run = "\n".join(re.findall(r"```py\n(.*?)```", text, flags=re.S))
+    for name in exatrain.__all__:
+        assert f"exatrain.{name}" in text, f"docs/api.md does not name exatrain.{name}"
+        used = re.compile(rf"\bexatrain\.{re.escape(name)}\b")
+        if name in NOT_RUN_HERE:
+            assert used.search(not_run), f"docs/api.md has no example of exatrain.{name}"
+        else:
+            assert used.search(run), f"no ```python example in docs/api.md uses exatrain.{name}"
