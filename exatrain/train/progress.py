@@ -1,5 +1,8 @@
-"""Moved to exatrain.observe.progress (this path keeps working)."""
+"""Moved to exatrain.observe.progress (this path keeps working; Progress is exatrain.Progress)."""
 
-from exatrain.observe.progress import Progress, ProgressReporter
+import exatrain
+from exatrain.observe.progress import ProgressReporter
+
+Progress = exatrain.Progress
 
 __all__ = ["Progress", "ProgressReporter"]

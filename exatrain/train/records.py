@@ -1,5 +1,8 @@
-"""Moved to exatrain.observe.metrics (this path keeps working)."""
+"""Moved to exatrain.observe.metrics (this path keeps working; MetricsLog is exatrain.MetricsLog)."""
 
-from exatrain.observe.metrics import MetricsLog, read_metrics, write_json
+import exatrain
+from exatrain.observe.metrics import read_metrics, write_json
+
+MetricsLog = exatrain.MetricsLog
 
 __all__ = ["MetricsLog", "read_metrics", "write_json"]

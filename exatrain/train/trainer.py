@@ -12,18 +12,16 @@ import torch
 from torch.distributed.tensor import DTensor
 
 import exatrain
-from exatrain.errors import ExatrainError
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, eval_batches, make_batch, num_windows
 from exatrain.env.devices import describe_devices
 from exatrain.models import configured_shape
-from exatrain.observe import MetricsLog, ProgressReporter, write_json
+from exatrain.observe import ProgressReporter, write_json
 from exatrain.observe.digest import DIGEST_MOD, samples_digest
 from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.observe.gpu_monitor import GpuMonitor
 from exatrain.observe.metrics import MetricsFanout
 from exatrain.observe.profiler import StepProfiler
-from exatrain.observe.step_metrics import StepMetrics
 from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.train.build import build_engine
 from exatrain.train.optim import build_optimizer, build_scheduler
@@ -63,8 +61,8 @@ class Trainer:
         self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         resume = self._init_checkpoints()
         self.metrics = MetricsFanout(
-            MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
-                       resume_step=self.step if resume is not None else None),
+            exatrain.MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
+                                resume_step=self.step if resume is not None else None),
             TensorBoardLog(self.run_dir / "tensorboard", enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard)),
         )
         p = cfg.profile
@@ -100,10 +98,11 @@ class Trainer:
         if not which and newest is not None:
             # a fresh run here would mix its checkpoints with the old run's (keep-K prunes by step number, and
             # a later resume=auto would pick the old run's newest): refuse before anything is written
-            raise ExatrainError(f"run.dir {self.run_dir} already holds checkpoints of another run (newest: {newest.name}) "
-                                "and checkpoint.resume is empty, so this run would start fresh on top of them",
-                                "continue that run with --checkpoint.resume=auto, or start this one in another "
-                                "--run.dir (or delete the old checkpoints folder)")
+            raise exatrain.ExatrainError(
+                f"run.dir {self.run_dir} already holds checkpoints of another run (newest: {newest.name}) "
+                "and checkpoint.resume is empty, so this run would start fresh on top of them",
+                "continue that run with --checkpoint.resume=auto, or start this one in another "
+                "--run.dir (or delete the old checkpoints folder)")
         self.step = self.checkpointer.resume(which, announce=False)
         return self.checkpointer.resumed_from
 
@@ -139,14 +138,14 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _step_metrics(self) -> StepMetrics:
+    def _step_metrics(self) -> exatrain.StepMetrics:
         """Step metrics over all ranks, logged every train.log_every steps; MFU from 6 N + 12 L D T."""
         c = self.cfg
         shape = configured_shape(c.model)
         matmul_params = self.engine.num_params - (self.corpus.vocab_size + c.data.seq_len) * shape.dim
         fpt = transformer_flops_per_token(matmul_params, shape.n_layers, shape.dim, c.data.seq_len)
-        return StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt, last_step=c.train.steps,
-                           start_step=self.step)
+        return exatrain.StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt,
+                                    last_step=c.train.steps, start_step=self.step)
 
     def _record_train(self, record: dict) -> None:
         """Write one log step's record (metrics.jsonl, TensorBoard) and show it (progress bar or line)."""

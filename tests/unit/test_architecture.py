@@ -9,11 +9,13 @@ breaks them fails CI.
   passing ``os.environ`` on, iterating it) is used only at the places listed in WHOLE_ENVIRONMENT, with the
   reason; ``from os import environ`` / ``getenv`` and ``import os as x`` are followed;
 - only distributed/ writes os.environ;
-- the reference trainer (train/, except the plan/ analysis tool) takes no private shortcut: it uses
-  exatrain.distributed and exatrain.checkpoint only through the public names of ``import exatrain``
-  (docs/api.md), and takes every public name from ``exatrain`` (e.g. ``exatrain.GlobalBatchSampler``, not
-  ``exatrain.data.GlobalBatchSampler``; exatrain.observe and exatrain.errors are public modules). plan/ builds layouts under a fake process group to measure them
-  and may use internals.
+- the reference trainer (train/, except the plan/ analysis tool) takes no private shortcut: it never imports
+  exatrain.distributed or exatrain.checkpoint (it reaches them only through the public names of
+  ``import exatrain``, docs/api.md), and takes every public name (``exatrain._EXPORTS``) from ``exatrain``
+  itself, never from a module of exatrain, whatever its layer (``exatrain.StepMetrics``, not
+  ``from exatrain.observe.step_metrics import StepMetrics`` or ``exatrain.observe.StepMetrics``). Other
+  names of exatrain's modules (config, env, data, models, observe, errors) it may import. plan/ builds
+  layouts under a fake process group to measure them and may use internals.
 """
 
 import ast
@@ -35,7 +37,6 @@ WHOLE_ENVIRONMENT = {
     "cli/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
 }
 PRIVATE_TO_TRAINER = ("exatrain.distributed", "exatrain.checkpoint")  # reached through `import exatrain` only
-PUBLIC_MODULES = ("exatrain.observe", "exatrain.errors")  # public in their own right (README, docs/api.md)
 _READ_METHODS = {"get", "__getitem__", "__contains__"}
 _WRITE_METHODS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}
 
@@ -160,7 +161,8 @@ def test_layer_rules(path):
 
 def _private_shortcuts(tree: ast.AST) -> list[str]:
     """Imports a module of the reference trainer may not make: exatrain.distributed / exatrain.checkpoint
-    modules, and public names of `exatrain` (its lazy exports) taken from the module that defines them."""
+    modules, and public names of `exatrain` (its lazy exports) taken from any module of exatrain instead of
+    `exatrain` itself: imported by name, or reached as an attribute of such a module."""
     import exatrain
 
     public = set(exatrain._EXPORTS)
@@ -168,11 +170,54 @@ def _private_shortcuts(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name.startswith(PRIVATE_TO_TRAINER)]
+        elif isinstance(node, ast.ImportFrom) and node.module == "exatrain" and node.level == 0:
+            found += [f"exatrain.{a.name}" for a in node.names if f"exatrain.{a.name}" in PRIVATE_TO_TRAINER]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("exatrain."):
             if node.module.startswith(PRIVATE_TO_TRAINER):
                 found.append(node.module)
-            elif not node.module.startswith(PUBLIC_MODULES):
+            else:
                 found += [f"{node.module}.{a.name}" for a in node.names if a.name in public]
+    found += _shortcuts_through_attributes(tree, public)
+    return found
+
+
+def _exatrain_bindings(tree: ast.AST) -> dict[str, str]:
+    """Local name -> the dotted exatrain path it is bound to by an import (`import exatrain.observe.metrics as m`:
+    m -> exatrain.observe.metrics; `from exatrain import observe`: observe -> exatrain.observe)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "exatrain":
+                    bound[a.asname] = a.name if a.asname else None
+                    bound.setdefault("exatrain", "exatrain")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "exatrain":
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    bound.pop(None, None)
+    return bound
+
+
+def _shortcuts_through_attributes(tree: ast.AST, public: set[str]) -> list[str]:
+    """`exatrain.observe.MetricsLog`, `m.StepMetrics` (m a module of exatrain): a public name reached as an
+    attribute of a module of exatrain other than `exatrain` itself; and `exatrain.distributed` /
+    `exatrain.checkpoint` reached as attributes of `exatrain`."""
+    bound = _exatrain_bindings(tree)
+
+    def dotted(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = dotted(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = dotted(node.value)
+        if base and (node.attr in public and base != "exatrain" or f"{base}.{node.attr}" in PRIVATE_TO_TRAINER):
+            found.append(f"{base}.{node.attr}")
     return found
 
 
@@ -193,6 +238,28 @@ def test_the_trainer_rule_catches_a_shortcut():
                     "def f():\n    from exatrain.distributed import seed_everything\n")
     assert sorted(_private_shortcuts(bad)) == ["exatrain.checkpoint.store", "exatrain.data.GlobalBatchSampler",
                                                "exatrain.distributed", "exatrain.distributed.grad_norm"]
+
+
+def test_the_trainer_rule_catches_a_public_name_from_any_module():
+    """Every layer counts: observe and errors too, by name or as a module's attribute (and exatrain.distributed /
+    exatrain.checkpoint however they are reached); the top-level name and the modules' other names pass."""
+    bad = ast.parse("import exatrain\nimport exatrain.observe.progress as progress\nfrom exatrain import observe\n"
+                    "from exatrain.observe.step_metrics import StepMetrics\n"
+                    "from exatrain.observe import MetricsLog, write_json\n"
+                    "from exatrain.errors import ConfigError, ExatrainError\n"
+                    "bar = progress.Progress(3)\nlog = observe.MetricsLog('m.jsonl')\n"
+                    "sm = exatrain.observe.step_metrics.StepMetrics()\n"
+                    "from exatrain import checkpoint\nexatrain.distributed.barrier()\n")
+    assert sorted(_private_shortcuts(bad)) == [
+        "exatrain.checkpoint", "exatrain.distributed", "exatrain.distributed.barrier", "exatrain.errors.ExatrainError",
+        "exatrain.observe.MetricsLog",
+        "exatrain.observe.MetricsLog", "exatrain.observe.progress.Progress",
+        "exatrain.observe.step_metrics.StepMetrics", "exatrain.observe.step_metrics.StepMetrics"]
+    good = ast.parse("import exatrain\nfrom exatrain import StepMetrics\nfrom exatrain.observe import write_json\n"
+                     "from exatrain.errors import ConfigError\nfrom exatrain.env import detect_environment\n"
+                     "m = exatrain.StepMetrics(); log = exatrain.MetricsLog('m.jsonl'); exatrain.ExatrainError('a', 'b')\n"
+                     "ctx = exatrain.init(); ctx.dims.describe(); detect_environment().kind\n")
+    assert _private_shortcuts(good) == []
     assert _TRAINER and not any("plan" in p.parts for p in _TRAINER)
 
 
