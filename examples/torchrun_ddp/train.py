@@ -2,10 +2,12 @@
 
 It reads its place in the job from the environment (`init_process_group()` with no arguments, LOCAL_RANK for
 the GPU), wraps a tiny model in DDP, shards a synthetic dataset with DistributedSampler and trains a few
-epochs. Start it with `torchrun`, `exatrain run --nproc 2 train.py`, or `exatrain submit` on a cluster.
+epochs. Start it with `torchrun`, `exatrain run --nproc 2 train.py`, or `exatrain submit` on a cluster;
+`python train.py` without a launcher (no RANK in the environment) trains as a world of one.
 
-Besides training, every rank writes OUT/rank-N.json with the launcher variables as it saw them, its losses and
-a checksum of its weights (the tests check these; DDP keeps the weights equal on every rank).
+Besides training, every rank writes OUT/rank-N.json with the launcher variables as it saw them, its losses (the
+epochs' means over all ranks, and its own loss of every step) and a checksum of its weights (the tests check
+these; DDP keeps the weights equal on every rank).
 """
 
 import argparse
@@ -37,13 +39,17 @@ def main() -> None:
     parser.add_argument("--out", default="ddp-ranks", help="folder for the per-rank JSON reports")
     args = parser.parse_args()
 
-    local_rank = int(os.environ["LOCAL_RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")  # env:// from RANK, MASTER_ADDR, ...
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend=backend)  # env:// from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    else:  # `python train.py`, no launcher: a world of one
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -54,7 +60,7 @@ def main() -> None:
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
-    losses = []
+    losses, step_losses = [], []
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
         total = torch.zeros(2, device=device)
@@ -63,6 +69,7 @@ def main() -> None:
             loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
             loss.backward()  # DDP all-reduces the gradients here
             optimizer.step()
+            step_losses.append(loss.item())  # this rank's mean over its share of the step's samples
             total += torch.stack([loss.detach() * len(x), torch.tensor(float(len(x)), device=device)])
         dist.all_reduce(total)  # the epoch's mean loss over all ranks' samples
         losses.append(total[0].item() / total[1].item())
@@ -71,7 +78,8 @@ def main() -> None:
 
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
     report = {"seen": {k: os.environ.get(k) for k in SEEN}, "host": socket.gethostname(), "pid": os.getpid(),
-              "rank": rank, "world_size": world, "samples": len(sampler), "losses": losses, "checksum": checksum}
+              "rank": rank, "world_size": world, "samples": len(sampler), "losses": losses, "step_losses": step_losses,
+              "checksum": checksum}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
         json.dump(report, f, indent=1)
