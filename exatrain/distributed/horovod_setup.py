@@ -29,18 +29,21 @@ def import_horovod():
 def init_horovod(ctx):
     """`exatrain.init_horovod`: start Horovod on every rank of the process group of `ctx` (exatrain.init), as
     `horovodrun` would have (its rendezvous on rank 0, the HOROVOD_* variables from exatrain's detected
-    environment), so a Horovod script runs under srun, mpirun, torchrun or `exatrain run`. A collective;
-    returns horovod.torch (`hvd.DistributedOptimizer`, `hvd.broadcast_parameters`, ... as usual)."""
+    environment), so a Horovod script runs under srun, mpirun, torchrun or `exatrain run`, or as a single
+    plain process (Horovod of size 1). A collective; returns horovod.torch (`hvd.DistributedOptimizer`,
+    `hvd.broadcast_parameters`, ... as usual)."""
     hvd = import_horovod()
     env = ctx.env
     me = (socket.gethostname(), env.global_rank, env.local_rank, env.local_world_size)
-    ranks = [None] * env.world_size
-    dist.all_gather_object(ranks, me)
+    grouped = dist.is_available() and dist.is_initialized()  # a single plain process has no group to ask
+    ranks = [me]
+    if grouped:
+        ranks = [None] * env.world_size
+        dist.all_gather_object(ranks, me)
     hosts = list(dict.fromkeys(h for h, *_ in ranks))  # node order of first appearance
-    port = [None]
-    if env.global_rank == 0:
-        port = [_start_rendezvous(ranks, hosts)]
-    dist.broadcast_object_list(port, src=0)
+    port = [_start_rendezvous(ranks, hosts) if env.global_rank == 0 else None]
+    if grouped:
+        dist.broadcast_object_list(port, src=0)
     os.environ.update({
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": env.main_address if len(hosts) > 1 else "127.0.0.1",
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]), "HOROVOD_CONTROLLER": "gloo",

@@ -1,6 +1,6 @@
-"""The examples' job files (examples/{course_lm,vision_resnet,hf_causal_lm}/{lumi-g,juwels-booster}.toml)
-render with `exatrain sbatch` (the real command line; no cluster needed) into valid bash that starts the
-example with arguments its argparse accepts, so they cannot rot silently."""
+"""The examples' job files (examples/{course_lm,vision_resnet,hf_causal_lm,horovod_own,deepspeed_own}/
+{lumi-g,juwels-booster}.toml) render with `exatrain sbatch` (the real command line; no cluster needed) into
+valid bash that starts the example with arguments its argparse accepts, so they cannot rot silently."""
 
 import re
 import shlex
@@ -17,7 +17,8 @@ except ModuleNotFoundError:  # Python 3.10
 from tests.conftest import run_exatrain
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = [(example, profile) for example in ("course_lm", "vision_resnet", "hf_causal_lm")
+JOBS = [(example, profile)
+        for example in ("course_lm", "vision_resnet", "hf_causal_lm", "horovod_own", "deepspeed_own")
         for profile in ("lumi-g", "juwels-booster")]
 
 
