@@ -37,8 +37,9 @@ def run_study(counts: list[int], out: Path, mode: str, global_batch: int, config
     for n in counts:
         batch = global_batch if mode == "strong" else global_batch * n // counts[0]
         run = out / f"nproc-{n}"
+        # the study's batch goes last: a --train.global_batch_size among the overrides is the base it scales
         cmd = [sys.executable, "-m", "exatrain.cli.main", "train", f"--nproc={n}", f"--run.dir={run}",
-               f"--train.global_batch_size={batch}", *(["--config", config] if config else []), *overrides]
+               *(["--config", config] if config else []), *overrides, f"--train.global_batch_size={batch}"]
         print(f"scale: {n} rank(s), global batch {batch} -> {run}", flush=True)
         done = subprocess.run(cmd, env=_run_env())
         if done.returncode != 0:

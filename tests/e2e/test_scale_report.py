@@ -52,3 +52,21 @@ def test_page_loads_and_draws_in_headless_chromium(study, tmp_path):
     colours = img.getcolors(maxcolors=1 << 20)
     not_white = sum(n for n, c in colours if c != (255, 255, 255)) / (img.width * img.height)
     assert len(colours) > 50 and not_white > 0.05, (len(colours), not_white)
+
+
+def test_weak_mode_keeps_the_batch_per_rank(tmp_path):
+    """--mode weak: every size trains the same batch per rank (the configured global batch at the smallest size),
+    also when the global batch is given on the command line, as STUDY does."""
+    import tomllib
+
+    from tests.conftest import run_exatrain
+
+    r = run_exatrain(["scale", "--nproc=1,2", "--mode=weak", "--out=weak", *STUDY, "--train.steps=2"], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    batch = {}
+    for n in (1, 2):
+        run = tmp_path / "weak" / f"nproc-{n}"
+        config = tomllib.loads((run / "config.toml").read_text())
+        assert json.loads((run / "summary.json").read_text())["world_size"] == n
+        batch[n] = config["train"]["global_batch_size"]
+    assert batch == {1: 16, 2: 32}, batch
