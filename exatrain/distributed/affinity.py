@@ -5,12 +5,10 @@ fails the job (strict)."""
 
 from __future__ import annotations
 
-import os
-
 from exatrain.config.schema import JobConfig
 from exatrain.distributed.collectives import all_gather_objects, print0
 from exatrain.distributed.process_group import DistContext
-from exatrain.env.affinity import check_rank, format_ranges, format_table, mask_to_cores, physical_gpu
+from exatrain.env.affinity import bind_worker, check_rank, format_table, physical_gpu
 from exatrain.errors import ConfigError, ExatrainError
 from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import load_profile
@@ -33,20 +31,12 @@ def job_masks(job: JobConfig) -> tuple[str, ...]:
 
 def bind_torchrun_worker(job: JobConfig, kind: str, local_rank: int, on_gpu: bool) -> str:
     """torchrun mode (a torchelastic worker of a ``launch = "torchrun"`` job): bind this process to its GPU's
-    mask (its local rank's on CPU nodes) before it allocates anything, so memory is first touched near the
-    GPU. Only cores the task holds are used; returns what was done, for the affinity table ('' = nothing)."""
+    mask (its local rank's when it uses no GPU) before it allocates anything (env.affinity.bind_worker, which
+    the script runner uses for users' scripts too). Returns what was done, for the affinity table ('' = nothing)."""
     if job.launch != "torchrun" or kind != "torchelastic":
         return ""
     masks = job_masks(job)
-    index = physical_gpu(local_rank) if on_gpu else local_rank
-    if index >= len(masks):
-        return ""
-    cores, held = mask_to_cores(masks[index]), set(os.sched_getaffinity(0))
-    if not cores <= held:
-        return (f"torchrun mode: worker {local_rank} not bound to its mask (cores {format_ranges(cores)}): its task "
-                f"holds only {format_ranges(held)}")
-    os.sched_setaffinity(0, cores)
-    return "torchrun mode: each worker bound itself to the profile's mask of its GPU"
+    return bind_worker(masks, local_rank, on_gpu).note if masks else ""
 
 
 def check_affinity(ctx: DistContext, job: JobConfig, mode: str, note: str = "") -> None:

@@ -112,6 +112,40 @@ def physical_gpu(device_index: int, environ: Mapping[str, str] | None = None) ->
     return device_index
 
 
+@dataclass(frozen=True)
+class WorkerBinding:
+    """What binding a torchrun worker to its mask did: ``bound`` or not, and a line saying so."""
+
+    bound: bool
+    note: str
+
+
+def bind_worker(masks: Sequence[str], local_rank: int, per_gpu: bool,
+                environ: Mapping[str, str] | None = None) -> WorkerBinding:
+    """Bind this process, a torchrun worker, to its CPU mask before it allocates anything, so its memory is
+    first touched near its GPU. Its mask: ``per_gpu``, mask i for the node's GPU i behind local rank i after
+    the visibility variables (`physical_gpu`); else (CPU profiles) mask i for local rank i. Only cores the
+    process holds are used: where its task was given fewer, nothing changes and the note says why.
+
+    The one implementation behind exatrain.init (torchrun mode) and `launch.script_runner --cpu-masks`."""
+    index = physical_gpu(local_rank, environ) if per_gpu else local_rank
+    what = f"GPU {index}" if per_gpu else f"local rank {index}"
+    if index >= len(masks):
+        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound: no mask for its {what} (the "
+                                    f"job's masks name {len(masks)})")
+    cores, held = mask_to_cores(masks[index]), set(os.sched_getaffinity(0))
+    if not cores <= held:
+        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound to its mask (cores "
+                                    f"{format_ranges(cores)}): its task holds only {format_ranges(held)}")
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError as e:
+        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound to its mask (cores "
+                                    f"{format_ranges(cores)}): {e.strerror or e}")
+    whose = "its GPU" if per_gpu else "its local rank"
+    return WorkerBinding(True, f"torchrun mode: each worker bound itself to the profile's mask of {whose}")
+
+
 def expected_cores(gpu: int | None, local_rank: int, masks: Sequence[str], root: str = "/") -> tuple[set[int] | None, str]:
     """The cores this rank should run on and where that expectation comes from (``mask``, ``numa``, ``none``).
 

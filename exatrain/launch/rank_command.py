@@ -10,6 +10,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from exatrain.errors import ConfigError
+from exatrain.launch.script_runner import mask_options
 
 _PYTHON = re.compile(r"python[0-9.]*")
 SCRIPT_RUNNER = "exatrain.launch.script_runner"  # how exatrain starts a Python script in a rank
@@ -64,16 +65,18 @@ def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:
     return [*head, "run", f"--profile={profile}", *(target if target[0] == "-m" else ["--", *target])]
 
 
-def script_runner_argv(target: list[str]) -> list[str]:
-    """Interpreter arguments that run ``SCRIPT ARGS`` or ``-m MODULE ARGS`` through `launch.script_runner`,
-    unbuffered (``-u``, as torchrun starts workers) so ranks' lines reach the job log as they are printed."""
-    return ["-u", "-m", SCRIPT_RUNNER, *target]
+def script_runner_argv(target: list[str], options: list[str] | None = None) -> list[str]:
+    """Interpreter arguments that run ``SCRIPT ARGS`` or ``-m MODULE ARGS`` through `launch.script_runner`
+    (with the runner's own ``options`` before the target), unbuffered (``-u``, as torchrun starts workers) so
+    ranks' lines reach the job log as they are printed."""
+    return ["-u", "-m", SCRIPT_RUNNER, *(options or []), *target]
 
 
-def run_under_script_runner(cmd: list[str]) -> list[str]:
+def run_under_script_runner(cmd: list[str], masks: tuple[str, ...] = (), per_gpu: bool = True) -> list[str]:
     """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
     mode: torchrun gives the variables; the runner behaves like python but exits without the interpreter's
-    finalization, see `launch.script_runner`). A bare ``train.py`` runs as given."""
+    finalization, see `launch.script_runner`). With the job's CPU ``masks`` (per GPU, or per local rank on
+    CPU nodes) the runner binds each worker to its mask first. A bare ``train.py`` runs as given."""
     if cmd[0].endswith(".py"):
         return list(cmd)
-    return [cmd[0], *script_runner_argv(_python_target(cmd))]
+    return [cmd[0], *script_runner_argv(_python_target(cmd), mask_options(masks, per_gpu))]

@@ -15,6 +15,7 @@ from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           wrap_in_exatrain_run)
 from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
+from exatrain.launch.script_runner import mask_option
 from exatrain.launch.spec import JobSpec
 from exatrain.launch.sweep import Sweep
 
@@ -211,8 +212,10 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     cmd = list(spec.command)
     kind = command_kind(cmd)
     if kind == "python":
-        wrapped = wrap_in_exatrain_run(cmd, spec.profile) if spec.launch == "srun" else run_under_script_runner(cmd)
-        return shlex.join(wrapped)
+        if spec.launch == "srun":
+            return shlex.join(wrap_in_exatrain_run(cmd, spec.profile))
+        masks = cpu_binding(spec, profile).masks  # the runner binds each worker to its mask (launch.script_runner)
+        return shlex.join(run_under_script_runner(cmd, masks, per_gpu=bool(profile.gpus_per_node)))
     if kind == "other" and spec.launch == "srun":
         check_interpreter_options(cmd)
     if kind != "trainer":
@@ -280,12 +283,23 @@ def _agent_signal_flags(spec: JobSpec) -> list[str]:
 
 
 def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
-    """One task per node holds all the node's cores: srun cannot bind per GPU, exatrain's trainer does."""
+    """One task per node holds all the node's cores: srun cannot bind per GPU; exatrain's trainer and the
+    script runner (a Python script) bind each worker themselves."""
     binding = cpu_binding(spec, profile)
-    if binding.masks:
-        return ["# CPU binding: srun cannot bind per GPU here (one task per node); exatrain's trainer binds each",
-                "# worker to the profile's mask of its GPU before it allocates (other commands stay unbound)."]
-    return [f"# CPU binding: {binding.reason}."] if binding.reason else []
+    if not binding.masks:
+        return [f"# CPU binding: {binding.reason}."] if binding.reason else []
+    whose = "its GPU" if profile.gpus_per_node else "its local rank"
+    head = "# CPU binding: srun cannot bind per GPU here (one task per node); "
+    cmd = list(spec.command)
+    if command_kind(cmd) == "trainer":
+        return [head + "exatrain's trainer binds each",
+                f"# worker to the profile's mask of {whose} before it allocates, where the task holds those cores."]
+    if command_kind(cmd) == "python" and run_under_script_runner(cmd) != cmd:
+        return [head + "the script runner binds each",
+                f"# worker to the profile's mask of {whose} ({mask_option(bool(profile.gpus_per_node))}) before the script starts, where the task",
+                "# holds those cores (a worker it cannot bind says why)."]
+    return [head + "this command is neither exatrain's",
+            "# trainer nor a Python script the script runner starts, so its workers stay unbound."]
 
 
 def _torchrun_script_note(spec: JobSpec) -> list[str]:

@@ -14,6 +14,12 @@ does before finalizing (joins non-daemon threads, runs atexit handlers), frees t
 every open file, and leaves with ``os._exit`` as multiprocessing's child processes do. The one difference a
 script can see: objects still referenced at exit (from another module's globals, say) are not finalized.
 
+Options before the script (never seen by it): ``--gpu-cpu-masks=M0,M1,...`` binds a torchrun worker to the
+mask of the node's GPU behind its local rank, ``--cpu-masks=M0,M1,...`` to the mask of its local rank (CPU
+nodes), before the script allocates anything (`env.affinity.bind_worker`, as exatrain.init does). The torchrun
+mode of `exatrain submit` passes the job's masks (`launch.binding`): its one task per node holds all the
+node's cores, so srun cannot bind per GPU. A worker that cannot be bound says why, on one line.
+
 Never imports torch.
 """
 
@@ -23,11 +29,60 @@ import atexit
 import gc
 import io
 import os
+import re
 import runpy
 import signal
 import sys
 
-_USAGE = "usage: python -m exatrain.launch.script_runner SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
+_USAGE = ("usage: python -m exatrain.launch.script_runner [--gpu-cpu-masks=M,... | --cpu-masks=M,...] "
+          "SCRIPT.py [ARGS...] | -m MODULE [ARGS...]")
+MASK_OPTIONS = {"--gpu-cpu-masks": True, "--cpu-masks": False}  # option -> masks are per GPU (else per local rank)
+_HEX = re.compile(r"0[xX][0-9a-fA-F]+")
+
+
+def mask_option(per_gpu: bool) -> str:
+    """The runner's option for masks per GPU (``--gpu-cpu-masks``) or per local rank (``--cpu-masks``)."""
+    return next(name for name, by_gpu in MASK_OPTIONS.items() if by_gpu == per_gpu)
+
+
+def mask_options(masks: tuple[str, ...], per_gpu: bool) -> list[str]:
+    """The runner option that binds each torchrun worker to its mask (none without masks)."""
+    return [f"{mask_option(per_gpu)}={','.join(masks)}"] if masks else []
+
+
+def parse_options(argv: list[str]) -> tuple[tuple[str, ...], bool, list[str]]:
+    """Split the runner's own options off ``argv``: (masks, whether per GPU, the target's words)."""
+    masks: tuple[str, ...] = ()
+    per_gpu = False
+    while argv and argv[0].split("=", 1)[0] in MASK_OPTIONS:
+        option, _, value = argv[0].partition("=")
+        masks, per_gpu, argv = tuple(value.split(",")), MASK_OPTIONS[option], argv[1:]
+        bad = [m for m in masks if not _HEX.fullmatch(m)]
+        if bad:
+            raise SystemExit(f"exatrain.launch.script_runner: {option}={value}: {bad[0]!r} is no CPU mask\n"
+                             "HINT: give hexadecimal masks separated by commas, e.g. --cpu-masks=0x1,0x2")
+    return masks, per_gpu, argv
+
+
+def bind(masks: tuple[str, ...], per_gpu: bool) -> None:
+    """Bind this torchrun worker to its mask; print one line when it cannot be bound (why)."""
+    from exatrain.env import detect_environment  # imported only here: without masks the runner imports nothing more
+    from exatrain.env.affinity import bind_worker
+    from exatrain.errors import ClusterEnvError
+
+    try:
+        env = detect_environment()
+    except ClusterEnvError as e:
+        return _not_bound(f"its environment is inconsistent: {e.message}")
+    if env.kind != "torchelastic":
+        return _not_bound(f"it was not started by torchrun (launched by {env.kind})")
+    result = bind_worker(masks, env.local_rank, per_gpu)
+    if not result.bound:
+        print(f"exatrain: {result.note}", file=sys.stderr, flush=True)
+
+
+def _not_bound(why: str) -> None:
+    print(f"exatrain: not bound to a CPU mask: {why}", file=sys.stderr, flush=True)
 
 
 def run(argv: list[str]) -> None:
@@ -107,8 +162,11 @@ def main() -> None:
     """Run the target and leave with its exit status; an uncaught exception is printed as python prints it
     and exits 1; an uncaught KeyboardInterrupt ends the process by SIGINT, as under python."""
     interrupted = False
+    masks, per_gpu, target = parse_options(sys.argv[1:])
+    if masks:
+        bind(masks, per_gpu)
     try:
-        run(sys.argv[1:])
+        run(target)
         code = 0
     except SystemExit as e:
         code = _exit_code(e)

@@ -259,9 +259,9 @@ class Trainer:
         self._stop_observing(monitor)
         self.progress.close()
         self.checkpointer.close()
-        return self._finish(initial, last, elapsed, (self.step - first_step) * tokens_per_step)
+        return self._finish(initial, last, elapsed, self.step - first_step, tokens_per_step)
 
-    def _finish(self, initial, final, elapsed: float, tokens_trained: int) -> dict:
+    def _finish(self, initial, final, elapsed: float, steps_trained: int, tokens_per_step: int) -> dict:
         if self.cfg.train.save_model:
             exatrain.save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
         digest = weights_digest(self.engine.model_parts)
@@ -279,7 +279,8 @@ class Trainer:
             "steps": self.step, "world_size": self.ctx.world_size, "model_size": self.cfg.model.size,
             "layout": self.dims.describe(), "parameters": self.engine.num_params, "initial_eval": initial, "final_eval": final,
             "best_eval_loss": self.best_eval, "train_seconds": elapsed,
-            "tokens_per_s": tokens_trained / max(elapsed, 1e-9), "tokens_seen": self.tokens_seen,
+            "steps_trained": steps_trained,  # by this run (0: resumed at or past train.steps)
+            "tokens_per_s": steps_trained * tokens_per_step / max(elapsed, 1e-9), "tokens_seen": self.tokens_seen,
             "weights_in_sync": replicas_agree(replicas),
         }
         if self.ctx.is_root:
@@ -305,9 +306,13 @@ class Trainer:
 
 
 def _summary_line(s: dict) -> str:
+    """The closing line: steps, time and throughput, or that nothing was trained (a complete run resumed)."""
     start = f"{s['initial_eval']['perplexity']:.2f} -> " if s["initial_eval"] else ""
-    return (f"done: {s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s); "
-            f"validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
+    if s["steps_trained"]:
+        trained = f"{s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s)"
+    else:
+        trained = f"nothing trained (the run was already complete at step {s['steps']})"
+    return (f"done: {trained}; validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
             f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
 
 

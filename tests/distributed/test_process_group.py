@@ -12,8 +12,11 @@ from exatrain.distributed import (
     all_gather_objects, init_distributed, mean_across_ranks, print0, save0, select_backend, select_device,
     sum_across_ranks, teardown,
 )
+from exatrain.config import JobConfig
+from exatrain.distributed.affinity import check_affinity
 from exatrain.env import detect_environment
 from exatrain.errors import ExatrainError
+from exatrain.launch import load_profile
 
 pytestmark = pytest.mark.dist
 
@@ -137,6 +140,22 @@ def test_cpu_when_no_gpu_and_gloo():
     assert dev.type == "cpu" and select_backend(dev) == "gloo"
     with pytest.raises(ExatrainError, match="HINT"):
         select_backend(dev, "nccl")
+
+
+def test_cpu_run_affinity_note_names_no_gpu_profile(capfd):
+    """A CPU run of the default job (one process, as `exatrain train --nproc 1` runs): the default profile
+    (a GPU one) has no CPU masks and the rank uses no GPU, so it says that nothing is checked, without naming
+    that GPU profile, which has nothing to do with a CPU run."""
+    profile = JobConfig().profile
+    assert load_profile(profile).gpus_per_node > 0  # the case that matters: a GPU profile by default
+    ctx = init_distributed(detect_environment({}), "cpu", timeout_s=60)
+    try:
+        check_affinity(ctx, JobConfig(), "warn")
+    finally:
+        teardown()
+    out = capfd.readouterr().out
+    assert out.startswith("CPU affinity: unchecked (") and out.count("\n") == 1, out
+    assert profile not in out, out
 
 
 def _map_by_node_worker(rank, world, port, out):

@@ -1,16 +1,21 @@
 """The affinity check on real processes: `exatrain train` started under `taskset` with a CPU mask other than
-the one the site profile expects is reported in the rank-0 table (warn) and fails the run (strict).
+the one the site profile expects is reported in the rank-0 table (warn) and fails the run (strict); in torchrun
+mode exatrain's trainer and the script runner (users' scripts) bind each worker to its mask.
 
 The profile is a user file (the bundled `cpu` profile plus one mask per local rank: rank 0 -> core 0,
 rank 1 -> core 1); the wrong mask is real: taskset pins the whole process tree to core 1."""
 
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
+from exatrain.launch.local import agent_command
 from exatrain.launch.profiles import PROFILE_DIR
-from tests.conftest import run_exatrain
+from exatrain.launch.rank_command import SCRIPT_RUNNER
+from tests.conftest import clean_environment, run_exatrain
 
 TINY = ["--train.steps=2", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=1",
         "--train.eval_at_start=false", "--train.global_batch_size=4", "--train.micro_batch_size=2",
@@ -67,3 +72,48 @@ def test_torchrun_mode_workers_bind_themselves_to_their_masks(tmp_path, profile)
                          f"--run.dir={tmp_path}/held", *TINY], cwd=tmp_path, timeout=300, wrap=["taskset", "-c", "1"])
     assert held.returncode == 0, held.stderr
     assert "worker 0 not bound to its mask (cores 0): its task holds only 1" in held.stdout, held.stdout
+
+
+# A user's script that knows nothing of exatrain: it prints the cores it runs on and its own arguments.
+SHOW_CORES = """import os, sys
+cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+print(f"worker {os.environ['LOCAL_RANK']} cores {cores} args {' '.join(sys.argv[1:])}", flush=True)
+"""
+
+
+def _runner_workers(tmp_path, option, env=None, wrap=()):
+    """Two torchrun workers (exatrain's local launcher: torchrun's agent) run show_cores.py through the script
+    runner with ``option`` (the job's masks, as the torchrun-mode sbatch script passes them)."""
+    (tmp_path / "show_cores.py").write_text(SHOW_CORES)
+    cmd = [*wrap, *agent_command(2, ["-m", SCRIPT_RUNNER, option, "show_cores.py", "--lr", "1"])]
+    r = subprocess.run(cmd, cwd=tmp_path, env=clean_environment(env), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = re.findall(r"^worker (\d) cores ([\d,]+) args --lr 1$", r.stdout, re.MULTILINE)
+    cores = {int(worker): [int(c) for c in listed.split(",")] for worker, listed in found}
+    return cores, r.stderr
+
+
+def test_script_runner_binds_each_worker_of_a_users_script_to_its_mask(tmp_path):
+    """torchrun mode with an unmodified script: the runner binds worker i to mask i (CPU nodes: per local
+    rank) before the script starts, silently, and the script never sees the runner's option."""
+    cores, err = _runner_workers(tmp_path, "--cpu-masks=0x1,0x2")
+    assert cores == {0: [0], 1: [1]}, cores
+    assert "not bound" not in err, err
+
+
+def test_script_runner_picks_the_mask_of_the_physical_gpu(tmp_path):
+    """Per-GPU masks go by the node's GPU behind the local rank (visibility variables, as exatrain.init and
+    the affinity table read them): with CUDA_VISIBLE_DEVICES=1,0 worker 0 drives GPU 1 and gets mask 1.
+    No GPU is used here (the script imports no torch): only the variable the mapping reads is faked."""
+    cores, err = _runner_workers(tmp_path, "--gpu-cpu-masks=0x1,0x2", env={"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert cores == {0: [1], 1: [0]}, cores
+    assert "not bound" not in err, err
+
+
+def test_script_runner_leaves_a_worker_whose_task_lacks_its_cores_and_says_why(tmp_path):
+    """`taskset -c 0`: the task holds core 0 only, so worker 1 (mask 0x2 = core 1) stays where it is and
+    prints one line why; worker 0 is bound to core 0 and says nothing."""
+    cores, err = _runner_workers(tmp_path, "--cpu-masks=0x1,0x2", wrap=["taskset", "-c", "0"])
+    assert cores == {0: [0], 1: [0]}, cores
+    lines = [line for line in err.splitlines() if "not bound" in line]
+    assert lines == ["exatrain: torchrun mode: worker 1 not bound to its mask (cores 1): its task holds only 0"], err

@@ -18,6 +18,9 @@ def test_commits_announced_complete_run_explained_fresh_start_refused(exatrain_c
     again = exatrain_cli("train", *TINY, "--checkpoint.resume=auto")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "the run is already complete" in again.stdout and "--train.steps=6" in again.stdout
+    done = [line for line in again.stdout.splitlines() if line.startswith("done: ")]
+    assert done and done[0].startswith("done: nothing trained (the run was already complete at step 4)"), done
+    assert "tok/s" not in again.stdout, again.stdout[-2000:]  # no throughput of a run that did not train
 
     fresh = exatrain_cli("train", *TINY)
     assert fresh.returncode == 2, fresh.stdout[-2000:] + fresh.stderr[-2000:]

@@ -110,3 +110,24 @@ def test_cli_job_paths_never_import_torch(argv):
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                             cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("name", "limits", "over", "cores"), [
+    ("juwels-booster", {"booster": "24:00:00", "develbooster": "02:00:00"}, ("24:01:00", "02:01:00"), 48),
+    ("jureca-dc", {"dc-gpu": "24:00:00", "dc-gpu-devel": "02:00:00"}, ("24:01:00", "02:01:00"), 128),
+])
+def test_jsc_partitions_carry_time_limits_only(name, limits, over, cores):
+    """The README's JSC caveat, exactly: each partition has a time limit (24 h production, 2 h development),
+    which is checked, and no node or memory limit, so none is checked (a 5000-node job with 2 TB per node
+    passes); billing is whole nodes in core-hours at the node's core count (2 x EPYC 7402: 48, 2 x EPYC
+    7742: 128)."""
+    p = load_profile(name)
+    assert {part.name: part.max_time for part in p.partitions} == limits
+    assert [(part.max_nodes, part.mem_per_node_gb) for part in p.partitions] == [(0, 0)] * len(limits)
+    for (part, limit), too_long in zip(limits.items(), over):
+        JobSpec(nodes=5000, partition=part, time=limit, mem_per_gpu_gb=500).check_against(p)
+        with pytest.raises(ConfigError, match=f"exceeds the {limit} limit of partition '{part}'"):
+            JobSpec(partition=part, time=too_long).check_against(p)
+    assert p.cores_per_node == cores
+    assert [(b.rule, b.partitions, b.units_per_node_hour, b.unit) for b in p.billing] == [
+        ("whole-node", (), float(cores), "core-hours")]

@@ -3,9 +3,12 @@ a real `python` run of the same script: output, exit status, exit handlers, thre
 it leaves behind is freed while the interpreter is whole, and the interpreter never starts finalizing (the
 difference that keeps gloo's threads from aborting the process at exit)."""
 
+import os
 import signal
 import subprocess
 import sys
+
+from tests.conftest import clean_environment
 
 RUNNER = [sys.executable, "-m", "exatrain.launch.script_runner"]
 
@@ -156,3 +159,23 @@ def test_the_interpreter_never_starts_finalizing(tmp_path):
     runner = _run([*RUNNER, "held.py"], tmp_path)
     assert plain.stdout.strip() == "freed while finalizing: True"
     assert runner.stdout == "" and runner.returncode == 0
+
+
+def test_mask_option_outside_torchrun_binds_nothing_says_why_and_imports_no_torch(tmp_path):
+    """The runner's own option is taken off the script's arguments; outside torchrun there is no worker to
+    bind, which is said on one line; the runner imported no torch before the script started."""
+    (tmp_path / "cores.py").write_text("import os, sys\nprint(sorted(os.sched_getaffinity(0)), sys.argv[1:], "
+                                       "'torch' in sys.modules)\n")
+    r = subprocess.run([*RUNNER, "--cpu-masks=0x1", "cores.py", "a"], cwd=tmp_path, env=clean_environment(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{sorted(os.sched_getaffinity(0))} ['a'] False"
+    assert r.stderr == "exatrain: not bound to a CPU mask: it was not started by torchrun (launched by local)\n"
+
+
+def test_a_bad_mask_is_refused_with_a_hint(tmp_path):
+    (tmp_path / "never.py").write_text("print('ran')\n")
+    r = subprocess.run([*RUNNER, "--gpu-cpu-masks=0xfe,fe00", "never.py"], cwd=tmp_path, env=clean_environment(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "ran" not in r.stdout
+    assert "--gpu-cpu-masks=0xfe,fe00: 'fe00' is no CPU mask" in r.stderr and "HINT:" in r.stderr, r.stderr
