@@ -132,7 +132,8 @@ def _environ_accesses(tree: ast.AST):
 def test_layer_rules(path):
     tree = ast.parse(path.read_text())
     pkg = _package(path)
-    assert pkg in LEVEL, f"{pkg} is not in the layer table of this test (add it where docs/architecture.md puts it)"
+    assert pkg in LEVEL, (f"{pkg} is not in the layer table of this test (add it to LAYERS where README.md's "
+                          "\"Layout and tests\" section places it, and list it there)")
     for name in _imports(tree):
         parts = name.split(".")
         if parts[0] == "torch" and pkg in ("config", "env", "launch"):
