@@ -6,7 +6,7 @@ from exatrain.config import load_config
 from exatrain.data import eval_batches
 from exatrain.models import configured_shape
 from exatrain.models.transformer import TransformerLM
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 from exatrain.train.run import prepare_data
 from tests.conftest import run_exatrain
 

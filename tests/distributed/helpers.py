@@ -38,7 +38,7 @@ def train_records(run_dir) -> list[dict]:
     """The train records of a run's metrics.jsonl in file order, checked: every step at most once and in
     increasing order (a duplicated, lost-and-rewritten or reordered record fails here, which a dict keyed
     by step would hide)."""
-    from exatrain.train.records import read_metrics
+    from exatrain.observe import read_metrics
 
     records = [m for m in read_metrics(run_dir / "metrics.jsonl") if m["kind"] == "train"]
     steps = [m["step"] for m in records]

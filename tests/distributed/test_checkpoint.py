@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 from tests.conftest import finish, started_exatrain, wait_for, worker_pid
 from tests.distributed.helpers import batch_digests, train_losses, train_records
 

@@ -10,7 +10,7 @@ near-zero gradients: 1.2e-5 was measured for 2 ranks x 4 accumulation steps).
 import pytest
 import torch
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 
 pytestmark = pytest.mark.dist
 

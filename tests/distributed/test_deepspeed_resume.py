@@ -16,7 +16,7 @@ import signal
 
 import pytest
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 from tests.conftest import finish, run_exatrain, started_exatrain, wait_for
 from tests.distributed.cli_runs import max_diff
 from tests.distributed.helpers import train_losses

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 from tests.conftest import finish, run_exatrain, started_exatrain, wait_for
 from tests.distributed.helpers import train_losses
 

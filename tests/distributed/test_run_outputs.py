@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 from tests.distributed.cli_runs import plain_eval_loss, train_run
 
 pytestmark = pytest.mark.dist

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_exatrain
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 
 pytestmark = pytest.mark.slurm
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from exatrain.train.records import read_metrics
+from exatrain.observe import read_metrics
 
 pytestmark = pytest.mark.slurm
 

@@ -7,9 +7,9 @@ import pytest
 
 from exatrain.config import load_config
 from exatrain.errors import ConfigError
+from exatrain.observe import ProgressReporter
 from exatrain.train.optim import lr_factor
 from exatrain.train.preflight import preflight
-from exatrain.train.progress import ProgressReporter
 
 
 def test_warmup_then_cosine_to_floor():
@@ -91,7 +91,7 @@ def test_weights_in_sync_compares_only_ranks_at_the_same_place():
 def test_metrics_log_resumed_keeps_only_the_records_up_to_the_checkpoint(tmp_path):
     """A resumed run recomputes the steps after its checkpoint: their old records go, earlier ones stay in
     order; a fresh run starts an empty file."""
-    from exatrain.train.records import MetricsLog, read_metrics
+    from exatrain.observe import MetricsLog, read_metrics
 
     path = tmp_path / "metrics.jsonl"
     first = MetricsLog(path, enabled=True)
