@@ -12,7 +12,9 @@ import time
 import pytest
 
 from exatrain.observe import gpu_monitor
-from exatrain.observe.gpu_monitor import GpuMonitor, read_samples
+from exatrain.observe.gpu_monitor import GpuMonitor, read_gpus, read_samples
+
+READ_PYNVML = gpu_monitor._read_pynvml  # the real reader (fixtures below replace it)
 
 STAND_IN = """#!/bin/sh
 # stand-in nvidia-smi (no GPU on this machine): answers the monitor's --query-gpu call
@@ -51,6 +53,19 @@ def test_sampler_writes_host_jsonl_and_summarises(tmp_path, stand_in_nvidia_smi)
     mean = 10.0 * (n + 1) / 2
     assert lines[0] == f"GPU 0 on node7: {mean:.0f} % busy on average over {n} samples (peak memory {n:.1f} GiB, 300 W on average)"
     assert lines[1] == f"GPU 1 on node7: utilisation unknown over {n} samples (peak memory 0.0 GiB)"
+
+
+def test_nvidia_ml_py_without_a_driver_gives_way_to_nvidia_smi(stand_in_nvidia_smi, monkeypatch):
+    """The real nvidia-ml-py bindings (the test extra installs them) on this machine, which has no NVIDIA driver:
+    `nvmlInit` fails, so the bindings' reader gives nothing and the next reader (the stand-in tool) answers."""
+    import pynvml  # installed by the test extra: a missing package fails here rather than skipping
+
+    with pytest.raises(pynvml.NVMLError):
+        pynvml.nvmlInit()  # the premise: no driver here
+    monkeypatch.setattr(gpu_monitor, "_read_pynvml", READ_PYNVML)
+    assert READ_PYNVML() is None
+    source, gpus = read_gpus()
+    assert source == "nvidia-smi" and [g["index"] for g in gpus] == [0, 1]
 
 
 def test_no_gpu_tool_means_no_file(tmp_path, monkeypatch):
