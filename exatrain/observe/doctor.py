@@ -62,8 +62,15 @@ def bus_bandwidth_sweep(sizes: list[int], device: torch.device, iters: int = 5, 
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         t = elapsed.item()
         algbw = buf.numel() * 4 / t / 1e9
-        results.append({"bytes": buf.numel() * 4, "time_s": t, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (n - 1) / n})
+        results.append({"bytes": buf.numel() * 4, "time_s": t, "algbw_gbs": algbw,
+                        "busbw_gbs": all_reduce_bus_bandwidth(algbw, n)})
     return results
+
+
+def all_reduce_bus_bandwidth(algbw: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth of an all_reduce: algbw x 2(n-1)/n, the rate each link carries in a ring
+    (comparable with the hardware's peak whatever the number of ranks)."""
+    return algbw * 2 * (ranks - 1) / ranks
 
 
 def _sync(device: torch.device) -> None:

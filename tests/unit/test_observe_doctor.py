@@ -6,6 +6,7 @@ lines of other ranks were left out). Interfaces and plugins are looked up in a t
 library directory."""
 
 import os
+import shutil
 
 import pytest
 
@@ -199,3 +200,39 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
         cli_doctor.doctor_here(detect_environment({}), args)
     assert seen == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
                     "NCCL_DEBUG_FILE": str(tmp_path / "nccl" / "nccl-rank0.log")}
+
+
+@pytest.mark.parametrize("ranks, factor", [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (16, 1.875)])
+def test_bus_bandwidth_is_nccl_tests_for_all_reduce(ranks, factor):
+    """nccl-tests (doc/PERFORMANCE.md): all_reduce busbw = algbw x 2(n-1)/n; the factors are that page's."""
+    assert doctor.all_reduce_bus_bandwidth(10.0, ranks) == pytest.approx(10.0 * factor)
+
+
+TOPO = """\
+\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tNV18\t0-47\t0
+GPU1\tNV18\t X \t0-47\t0
+"""
+
+
+def _tool(bin_dir, name, body):
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_gpu_links_from_the_first_tool_that_answers(tmp_path, monkeypatch):
+    """Stand-in `nvidia-smi` / `rocm-smi` scripts on PATH (no GPU here): the link matrix of the first tool that
+    answers `topo -m` / `--showtopo`; a tool that fails gives way to the next; none at all gives None."""
+    cat = shutil.which("cat")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # only the stand-ins, also on a machine with real tools
+    assert doctor.gpu_links() is None
+    _tool(bin_dir, "rocm-smi", 'test "$1" = --showtopo && echo "ROCm topology: GPU0 GPU1 XGMI" || exit 9')
+    assert doctor.gpu_links() == "ROCm topology: GPU0 GPU1 XGMI"
+    (tmp_path / "topo.txt").write_text(TOPO)
+    _tool(bin_dir, "nvidia-smi", f'test "$*" = "topo -m" && {cat} {tmp_path / "topo.txt"} || exit 9')
+    assert doctor.gpu_links() == TOPO.strip()
+    _tool(bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9")  # no driver: the next tool answers
+    assert doctor.gpu_links() == "ROCm topology: GPU0 GPU1 XGMI"
