@@ -5,7 +5,7 @@
   and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; its ```toml blocks whose first
   line is `# NAME.toml` written there as NAME.toml), so no documented command can rot. To keep CI short,
   each `exatrain train` command gets FAST_TRAIN appended for every key it does not set itself (smaller
-  windows and evaluations, and 20 steps unless the block names a checkpoint `step-N` of the documented
+  windows and evaluations, and 6 steps unless the block names a checkpoint `step-N` of the documented
   step count); everything the command says itself stays as written. (Measured on a loaded 2-core machine:
   the 4- and 8-rank blocks took 3 and 9 minutes at the default 300 steps.)
 - Convention: a block that cannot run in CI (it needs a SLURM cluster, data from the internet, or it is CI
@@ -55,7 +55,7 @@ def _commands(body: str) -> list[str]:
 def _fast(command: str, block: str) -> str:
     if "exatrain train" not in command:
         return command
-    fast = FAST_TRAIN if "checkpoints/step-" in block else {**FAST_TRAIN, "--train.steps": "20"}
+    fast = FAST_TRAIN if "checkpoints/step-" in block else {**FAST_TRAIN, "--train.steps": "6"}
     extra = [f"{k}={v}" for k, v in fast.items() if f"{k}=" not in command]
     return " ".join([command, *extra])
 
