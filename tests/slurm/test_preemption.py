@@ -23,6 +23,16 @@ ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0",
         "--train.eval_at_start=false", "--train.global_batch_size=32", "--train.micro_batch_size=8",
         "--data.seq_len=64"]
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The metrics of the same training uninterrupted, `exatrain train --nproc=4` here (the three jobs below all
+    train ARGS' run: one reference serves them)."""
+    ref = tmp_path_factory.mktemp("preemption") / "reference"
+    r = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=ref.parent)
+    assert r.returncode == 0, r.stderr
+    return read_metrics(ref / "metrics.jsonl")
+
+
 JOB = """#!/bin/bash
 #SBATCH --job-name=exatrain-requeue
 #SBATCH --nodes=2
@@ -54,7 +64,7 @@ def _last_step(path):
         return 0
 
 
-def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
+def test_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
     script = tmp_path / "job.sbatch"
     script.write_text(JOB.format(python=sys.executable, args=" ".join(ARGS)))
     job = slurm_cluster.sbatch(script, cwd=tmp_path)
@@ -73,10 +83,7 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
     ckpt_step = int(out.split("checkpointing at step ")[1].split()[0])
     assert 10 <= ckpt_step < STEPS
 
-    ref = tmp_path / "reference"
-    r = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    got, want = read_metrics(metrics), read_metrics(ref / "metrics.jsonl")
+    got, want = read_metrics(metrics), reference
     records = [m for m in got if m["kind"] == "train"]
     assert [m["step"] for m in records] == list(range(1, STEPS + 1)), "every step recorded exactly once, in order"
     train_got = {m["step"]: m for m in records}
@@ -114,7 +121,7 @@ signal = "USR2@60"
 """ + TRAIN_TAIL
 
 
-def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path):
+def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
     """exatrain's own torchrun-mode script, unedited: the agent forwards USR2 to its workers
     (--signals-to-handle) and exits 1 after their checkpoint; the workers (torchelastic: they never call
     scontrol, as ranks without SLURM's tools) leave RUN_DIR/requeue-requested, the batch shell requeues, and
@@ -141,11 +148,8 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, tmp_path)
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
 
-    ref = tmp_path / "reference"
-    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
     got = {m["step"]: m["loss"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"}
-    want = {m["step"]: m["loss"] for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
+    want = {m["step"]: m["loss"] for m in reference if m["kind"] == "train"}
     assert sorted(got) == list(range(1, STEPS + 1))
     assert abs(got[STEPS] - want[STEPS]) <= 1e-5
 
@@ -160,7 +164,7 @@ command = {command}
 """ + TRAIN_TAIL
 
 
-def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(slurm_cluster, tmp_path):
+def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(slurm_cluster, reference, tmp_path):
     """exatrain's own srun-mode script, unedited; the ranks run with PATH holding only the venv's bin (as in a
     container without SLURM's tools), the batch shell keeps its PATH. On USR2 every rank finishes its step,
     rank 0 checkpoints, finds no scontrol and every rank exits 75; the batch script sees 75 and requeues; the
@@ -194,11 +198,8 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
 
-    ref = tmp_path / "reference"
-    done = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
     records = [m for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"]
-    want = {m["step"]: m for m in read_metrics(ref / "metrics.jsonl") if m["kind"] == "train"}
+    want = {m["step"]: m for m in reference if m["kind"] == "train"}
     assert [m["step"] for m in records] == list(range(1, STEPS + 1)), "every step once, in order"
     assert abs(records[-1]["loss"] - want[STEPS]["loss"]) <= 1e-5
     assert [m["batch_digest"] for m in records] == [want[s]["batch_digest"] for s in range(1, STEPS + 1)]
