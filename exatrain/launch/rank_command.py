@@ -72,6 +72,12 @@ def script_runner_argv(target: list[str], options: list[str] | None = None) -> l
     return ["-u", "-m", SCRIPT_RUNNER, *(options or []), *target]
 
 
+def starts_script_runner(cmd: list[str]) -> bool:
+    """Whether torchrun mode starts this ``[job] command`` through `launch.script_runner` (a Python command
+    with an interpreter: ``python train.py``, ``python -m pkg``; a bare ``train.py`` runs as given)."""
+    return command_kind(cmd) == "python" and not cmd[0].endswith(".py")
+
+
 def run_under_script_runner(cmd: list[str], masks: tuple[str, ...] = (), per_gpu: bool = True) -> list[str]:
     """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
     mode: torchrun gives the variables; the runner behaves like python but exits without the interpreter's

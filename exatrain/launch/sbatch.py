@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from exatrain.launch.binding import cpu_binding
 from exatrain.launch.profiles import SiteProfile
 from exatrain.launch.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
-                                          wrap_in_exatrain_run)
+                                          starts_script_runner, wrap_in_exatrain_run)
 from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 from exatrain.launch.script_runner import mask_option
 from exatrain.launch.spec import JobSpec
@@ -294,7 +294,7 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
     if command_kind(cmd) == "trainer":
         return [head + "exatrain's trainer binds each",
                 f"# worker to the profile's mask of {whose} before it allocates, where the task holds those cores."]
-    if command_kind(cmd) == "python" and run_under_script_runner(cmd) != cmd:
+    if starts_script_runner(cmd):
         return [head + "the script runner binds each",
                 f"# worker to the profile's mask of {whose} ({mask_option(bool(profile.gpus_per_node))}) before the script starts, where the task",
                 "# holds those cores (a worker it cannot bind says why)."]
@@ -304,7 +304,7 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
 
 def _torchrun_script_note(spec: JobSpec) -> list[str]:
     cmd = list(spec.command)
-    if command_kind(cmd) != "python" or run_under_script_runner(cmd) == cmd:
+    if not starts_script_runner(cmd):
         return []
     return ["# exatrain.launch.script_runner runs the script as python would, then exits without Python's",
             "# finalization (where a gloo thread still holding tensors aborts the worker in torch 2.13)."]
