@@ -35,6 +35,21 @@ def test_tables_match_the_runs(study):
     assert md in stdout  # the command prints the tables too
 
 
+def test_report_of_given_runs_prints_the_same_tables(study, tmp_path):
+    """`exatrain report RUN_DIR...` on the study's runs: the same Markdown tables as the study's own report,
+    printed and written next to the page, then the `report:` line."""
+    from tests.conftest import run_exatrain
+
+    folder, _ = study
+    runs = [str(folder / f"nproc-{n}") for n in (1, 2)]
+    r = run_exatrain(["report", *runs, "--out=again.html"], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    md = (tmp_path / "again.md").read_text()
+    assert md == (folder / "report.md").read_text()
+    assert r.stdout == md + "report: again.html (tables also in again.md)\n"
+    assert (tmp_path / "again.html").read_text().count("<img ") == 4
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed (scripts/test.sh installs it)")
 def test_page_loads_and_draws_in_headless_chromium(study, tmp_path):
     from PIL import Image
