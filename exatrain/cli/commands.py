@@ -34,7 +34,7 @@ def cmd_train(args, overrides: list[str]) -> int:
     preflight(cfg, nproc)
     if nproc == 1:
         return _train_here(cfg)
-    from exatrain.train.run import prepare_data
+    from exatrain.train.data_setup import prepare_data
 
     prepare_data(cfg)  # fails early on bad data, and fills the cache once instead of in every worker
     worker_args = ["train", *(["--config", str(Path(args.config).resolve())] if args.config else []), *overrides]

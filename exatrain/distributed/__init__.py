@@ -1,13 +1,34 @@
-"""Process groups, devices and rank-aware helpers on top of torch.distributed."""
+"""Process groups, devices and rank-aware helpers on top of torch.distributed.
 
-from exatrain.distributed.collectives import (
-    all_gather_objects, all_ranks, any_rank, barrier, is_root, mean_across_ranks, print0, rank, save0, sum_across_ranks, world_size,
-)
-from exatrain.distributed.process_group import DistContext, init_distributed, select_backend, select_device, teardown
-from exatrain.distributed.seed import rank_seed, seed_everything
+Names are imported lazily (PEP 562), as in `exatrain` itself: importing a torch-free submodule
+(`exatrain.distributed.parallel_dims`) does not import torch, so the launching process can check a layout
+without paying for torch before its workers start.
+"""
 
-__all__ = [
-    "DistContext", "all_gather_objects", "all_ranks", "any_rank", "barrier", "init_distributed", "is_root", "mean_across_ranks", "print0",
-    "rank", "rank_seed", "save0", "seed_everything", "select_backend", "select_device", "sum_across_ranks",
-    "teardown", "world_size",
-]
+from __future__ import annotations
+
+import importlib
+
+#: name -> the submodule that defines it
+_EXPORTS = {
+    **dict.fromkeys(["all_gather_objects", "all_ranks", "any_rank", "barrier", "is_root", "mean_across_ranks",
+                     "print0", "rank", "save0", "sum_across_ranks", "world_size"], "exatrain.distributed.collectives"),
+    **dict.fromkeys(["DistContext", "init_distributed", "select_backend", "select_device", "teardown"],
+                    "exatrain.distributed.process_group"),
+    **dict.fromkeys(["rank_seed", "seed_everything"], "exatrain.distributed.seed"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'exatrain.distributed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

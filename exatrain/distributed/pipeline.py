@@ -24,11 +24,12 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from exatrain.distributed.parallelize import gathered_state_dict, local_tensor
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
+# torch.distributed.pipelining is imported where a Pipeline is built: it pulls in torch._dynamo and torch.export
+# (about 0.8 s per worker process), which runs without pipeline parallel never need
+SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 MULTI_STAGE = ("interleaved_1f1b",)  # schedules that take a list of stages (several per rank)
 
 
@@ -64,14 +65,16 @@ class Pipeline:
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+        from torch.distributed import pipelining
+
         self.group, self.microbatches = group, microbatches
-        self.stages = [PipelineStage(c, i, n_stages, device, group=group) for c, i in zip(chunks, ids)]
+        self.stages = [pipelining.PipelineStage(c, i, n_stages, device, group=group) for c, i in zip(chunks, ids)]
         self.has_last = (n_stages - 1) in ids
         # the group rank that holds the last stage (looped assignment): where losses come from
         self.last_rank = (n_stages - 1) % dist.get_world_size(group)
         self.loss = ScaledLoss(loss_fn)
         stages = self.stages if schedule in MULTI_STAGE else self.stages[0]
-        self.schedule = SCHEDULES[schedule](stages, microbatches, loss_fn=self.loss, scale_grads=False)
+        self.schedule = getattr(pipelining, SCHEDULES[schedule])(stages, microbatches, loss_fn=self.loss, scale_grads=False)
 
     #: stages of pipeline rank r (looped assignment): `Pipeline.stage_ids(r, pp, stages_per_rank)`
     stage_ids = staticmethod(stage_ids)

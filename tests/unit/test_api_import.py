@@ -28,3 +28,29 @@ def test_public_names_resolve_lazily():
 def test_unknown_name_is_an_attribute_error():
     out = _run("import exatrain\ntry:\n    exatrain.nope\nexcept AttributeError as e:\n    print(e)")
     assert "no attribute 'nope'" in out
+
+
+def test_launching_process_checks_and_prepares_without_torch(tmp_path):
+    """`exatrain train --nproc=2` checks the layout (ParallelDims), tokenises the corpus into its cache and
+    only then starts torchrun's agent, all without importing torch: torch's import (seconds) is paid by the
+    agent and the workers, not a third time before they start. The launch itself is replaced by a probe that
+    records whether torch was imported by then; a pipeline layout and a real corpus cache are checked."""
+    code = f"""
+import sys
+import exatrain.launch
+seen = []
+exatrain.launch.launch_local = lambda *a, **k: seen.append('torch' in sys.modules) or 0
+from exatrain.cli.main import main
+code = main(["train", "--nproc=2", "--run.dir={tmp_path / 'run'}", "--parallel.pp=2", "--data.seq_len=16"])
+print(code, seen, 'torch.distributed.pipelining' in sys.modules)
+"""
+    assert _run(code) == "0 [False] False"
+    assert any((tmp_path / ".cache" / "data").iterdir()), "the corpus was not prepared before the launch"
+
+
+def test_a_worker_without_pipeline_parallel_does_not_import_pipelining():
+    """torch.distributed.pipelining pulls in torch._dynamo and torch.export (most of a second per worker):
+    the trainer imports it only where a Pipeline is built."""
+    out = _run("import sys, exatrain.train.run, exatrain; exatrain.Pipeline; "
+               "print('torch.distributed.pipelining' in sys.modules)")
+    assert out == "False"
