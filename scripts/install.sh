@@ -13,6 +13,20 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EXTRA=${1:-}
+# Nothing to do when this venv already has exatrain (editable) with these extras, installed by this very
+# pyproject.toml and these scripts: a second run returns at once instead of reinstalling exatrain (which would
+# briefly leave it unimportable for anything running from this venv at that moment, e.g. other tests).
+STAMP=.venv/.exatrain-installed
+KEY=$(cat pyproject.toml scripts/install.sh scripts/build_horovod.sh | sha256sum | cut -c1-16)
+HAVE=$( [ -x .venv/bin/exatrain ] && [ "$(sed -n 1p "$STAMP" 2>/dev/null)" = "$KEY" ] && sed -n 2p "$STAMP" || echo "-")
+if [ "$HAVE" != "-" ]; then
+  missing=$(for e in ${EXTRA//,/ }; do [[ ",$HAVE," == *",$e,"* ]] || echo "$e"; done)
+  if [ -z "$missing" ]; then
+    echo "install: exatrain${EXTRA:+[$EXTRA]} is already installed in .venv (remove $STAMP to reinstall)"
+    exit 0
+  fi
+fi
+REQUESTED=$EXTRA
 HOROVOD=0
 if [[ ",$EXTRA," == *",horovod,"* ]]; then  # not a pip extra: built from source by build_horovod.sh
   HOROVOD=1
@@ -63,4 +77,6 @@ if [[ ",$EXTRA," == *",examples,"* ]]; then
   fi
 fi
 if [ "$HOROVOD" = 1 ]; then bash scripts/build_horovod.sh; fi
+[ "$HAVE" = "-" ] && HAVE=""
+printf '%s\n%s\n' "$KEY" "$(echo "$HAVE,$REQUESTED" | tr , '\n' | sed '/^$/d' | sort -u | paste -sd,)" > "$STAMP"
 echo "install: done ($(.venv/bin/exatrain --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

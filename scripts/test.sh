@@ -13,5 +13,8 @@ if [ -n "$missing" ]; then
 fi
 # horovod: built once per machine (~8 min on 2 cores), then installed from the cached wheel
 bash scripts/install.sh test,examples,deepspeed,horovod
-# the 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be watched
-exec .venv/bin/python -m pytest --durations=30 "$@"
+# Two pytest-xdist workers: a test's ranks leave cores idle while they start, join or write, and the other
+# worker's test uses them (tests/conftest.py keeps each file, and all SLURM tests, in one worker; `-n 0` runs
+# everything in this process). The 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be
+# watched.
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=30 "$@"

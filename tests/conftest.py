@@ -100,6 +100,22 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    """Group the tests for pytest-xdist (scripts/test.sh runs two workers, `--dist loadgroup`), and skip the
+    `gpu` tests where torch sees no CUDA GPU."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    _skip_gpu_tests_without_a_gpu(items)
+
+
+def _worker_group(item) -> str:
+    """The tests of one file run in one worker, in order, so a module fixture (a shared reference run) is
+    computed once; every SLURM test runs in one worker, so only one test cluster is started and its jobs
+    never wait for each other's nodes."""
+    module = item.nodeid.split("::")[0]
+    return "slurm" if module.startswith("tests/slurm/") or item.get_closest_marker("slurm") else module
+
+
+def _skip_gpu_tests_without_a_gpu(items) -> None:
     """Tests marked `gpu` run where torch sees a CUDA GPU; elsewhere each is skipped with the reason, which
     `-ra` (pyproject's addopts) prints in the summary, so a CPU-only run says what it did not test."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
