@@ -77,7 +77,9 @@ def test_torchrun_mode_workers_bind_themselves_to_their_masks(tmp_path, profile)
 # A user's script that knows nothing of exatrain: it prints the cores it runs on and its own arguments.
 SHOW_CORES = """import os, sys
 cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-print(f"worker {os.environ['LOCAL_RANK']} cores {cores} args {' '.join(sys.argv[1:])}", flush=True)
+# one write per line: torchrun's workers run unbuffered (python -u), where print() writes the text and the
+# newline separately, so the other worker's line could land between them
+os.write(1, f"worker {os.environ['LOCAL_RANK']} cores {cores} args {' '.join(sys.argv[1:])}\\n".encode())
 """
 
 
@@ -90,6 +92,7 @@ def _runner_workers(tmp_path, option, env=None, wrap=()):
     assert r.returncode == 0, r.stdout + r.stderr
     found = re.findall(r"^worker (\d) cores ([\d,]+) args --lr 1$", r.stdout, re.MULTILINE)
     cores = {int(worker): [int(c) for c in listed.split(",")] for worker, listed in found}
+    print(f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")  # shown when an assertion on the result fails
     return cores, r.stderr
 
 
