@@ -17,4 +17,4 @@ bash scripts/install.sh test,examples,deepspeed,horovod
 # worker's test uses them (tests/conftest.py keeps each file, and all SLURM tests, in one worker; `-n 0` runs
 # everything in this process). The 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be
 # watched.
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=30 "$@"
+exec .venv/bin/python -m pytest -n 2 --durations=30 "$@"

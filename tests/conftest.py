@@ -100,19 +100,23 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist (scripts/test.sh runs two workers, `--dist loadgroup`), and skip the
-    `gpu` tests where torch sees no CUDA GPU."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     _skip_gpu_tests_without_a_gpu(items)
 
 
-def _worker_group(item) -> str:
-    """The tests of one file run in one worker, in order, so a module fixture (a shared reference run) is
-    computed once; every SLURM test runs in one worker, so only one test cluster is started and its jobs
-    never wait for each other's nodes."""
-    module = item.nodeid.split("::")[0]
-    return "slurm" if module.startswith("tests/slurm/") or item.get_closest_marker("slurm") else module
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh runs two pytest-xdist workers. Each file runs in one worker, in order, so a module
+    fixture (a shared reference run) is computed once; every SLURM test runs in one worker, so only one test
+    cluster is started (a second worker's cluster would wait for the first's lock until that worker ends).
+    (xdist's own `--dist loadgroup` cannot do this with pytest 9.2: its group suffix no longer reaches the
+    node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrSlurmScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/slurm" if path.startswith("tests/slurm/") else path
+
+    return FileOrSlurmScheduling(config, log)
 
 
 def _skip_gpu_tests_without_a_gpu(items) -> None:
