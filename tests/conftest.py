@@ -99,10 +99,6 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
-def pytest_collection_modifyitems(config, items):
-    _skip_gpu_tests_without_a_gpu(items)
-
-
 def pytest_xdist_make_scheduler(config, log):
     """scripts/test.sh runs two pytest-xdist workers. Each file runs in one worker, in order, so a module
     fixture (a shared reference run) is computed once; every SLURM test runs in one worker, so only one test
@@ -119,7 +115,7 @@ def pytest_xdist_make_scheduler(config, log):
     return FileOrSlurmScheduling(config, log)
 
 
-def _skip_gpu_tests_without_a_gpu(items) -> None:
+def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run where torch sees a CUDA GPU; elsewhere each is skipped with the reason, which
     `-ra` (pyproject's addopts) prints in the summary, so a CPU-only run says what it did not test."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
