@@ -19,7 +19,7 @@ import torch
 from benchmarks.ranks import run_on_ranks
 from exatrain.config import load_config
 from exatrain.distributed import all_gather_objects, barrier, init_distributed, is_root, teardown
-from exatrain.train.plan.layout import local_state_bytes
+from exatrain.tools.plan.layout import local_state_bytes
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 

@@ -40,7 +40,7 @@ def layouts(a):
 def measure(cfg, ctx):
     """The layout as the trainer builds it; one optimizer step (AdamW state exists) and a second
     forward/backward (gradients exist): this rank's parameter + gradient + optimizer-state bytes."""
-    from exatrain.train.plan.layout import local_state_bytes
+    from exatrain.tools.plan.layout import local_state_bytes
     from exatrain.train.run import prepare_data
     from exatrain.train.trainer import Trainer
 
@@ -67,7 +67,7 @@ def worker(a, env):
 def report(a, cfgs, per_rank):
     import torch
 
-    from exatrain.train.plan import make_plan
+    from exatrain.tools.plan import make_plan
 
     world = a.nproc
     fsdp, ddp = max(per_rank["fsdp"]), max(per_rank["ddp"])

@@ -40,7 +40,7 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
 
     from benchmarks.gpu_mfu import one_rank_context
     from exatrain.train.model_layout import apply_layout, lm_from_config
-    from exatrain.train.optim import build_optimizer
+    from exatrain.engines.optim import build_optimizer
 
     device = torch.device("cuda", 0)
     cfg = config(size, seq, batch, compiled)
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         print("gpu_memory: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     from exatrain.models.transformer import build_model
-    from exatrain.train.plan import make_plan
+    from exatrain.tools.plan import make_plan
 
     torch.cuda.set_device(0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 parameters, fused AdamW",

@@ -85,7 +85,7 @@ def exatrain_side(size, a, device, full_state, batch):
     import exatrain
     from exatrain.train.engine import DataParallelEngine
     from exatrain.train.model_layout import apply_layout, lm_from_config
-    from exatrain.train.optim import build_optimizer, build_scheduler
+    from exatrain.engines.optim import build_optimizer, build_scheduler
 
     ctx = one_rank_context(device.type)
     cfg = exatrain_config(size, a, batch)
@@ -131,7 +131,7 @@ def fsdp_side(size, a, device, full_state, batch):
     from exatrain.distributed.grad_norm import clip_grad_norm_
     from exatrain.distributed.parallelize import apply_compile, apply_fsdp, load_full_state_dict
     from exatrain.models.transformer import build_model
-    from exatrain.train.optim import build_optimizer
+    from exatrain.engines.optim import build_optimizer
 
     cfg = exatrain_config(size, a, batch)
     with torch.device("meta"):
@@ -223,7 +223,7 @@ def build_and_warm(name, size, a, device, full_state, batches, batch):
 
 def plan_total(size, a, batch) -> float:
     """`exatrain plan`'s per-GPU total (GiB) for the exatrain side's layout (one GPU), or 0 if it fails."""
-    from exatrain.train.plan import make_plan
+    from exatrain.tools.plan import make_plan
 
     try:
         return make_plan(exatrain_config(size, a, batch), 1, vocab_size=a.vocab).peak.total / GIB

@@ -28,7 +28,7 @@ from exatrain.data import make_batch
 from exatrain.distributed import init_distributed, seed_everything
 from exatrain.env import detect_environment
 from exatrain.models.transformer import build_model
-from exatrain.train.optim import build_optimizer, build_scheduler
+from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 

@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 #: public name -> the module (in its layer) that defines it
 _EXPORTS = {
     "init": "exatrain.distributed.context",
-    "init_deepspeed": "exatrain.distributed.deepspeed_setup",
+    "init_deepspeed": "exatrain.engines.deepspeed.setup",
     "Context": "exatrain.distributed.context",
     "parallelize": "exatrain.distributed.wrap",
     "full_state_dict": "exatrain.distributed.state_dict",
@@ -36,8 +36,8 @@ _EXPORTS = {
     "clip_grad_norm_": "exatrain.distributed.grad_norm",
     "load_full_state_dict": "exatrain.distributed.state_dict",
     "Pipeline": "exatrain.distributed.pipeline",
-    "init_horovod": "exatrain.distributed.horovod_setup",
-    "attach_deepspeed": "exatrain.distributed.deepspeed_setup",
+    "init_horovod": "exatrain.engines.horovod.setup",
+    "attach_deepspeed": "exatrain.engines.deepspeed.setup",
     "DataLoader": "exatrain.data.loader",
     "GlobalBatchSampler": "exatrain.data.sampler",
     "Checkpointer": "exatrain.checkpoint.checkpointer",

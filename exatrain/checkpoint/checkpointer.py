@@ -9,7 +9,6 @@ save when due, and on the pre-timeout signal checkpoint, requeue the SLURM job a
 from __future__ import annotations
 
 import pickle
-import sys
 from pathlib import Path
 
 from torch.nn.parallel import DistributedDataParallel
@@ -20,7 +19,8 @@ from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import latest
 from exatrain.distributed.collectives import all_gather_objects, is_root, print0
 from exatrain.distributed.seed import rank_seed, seed_everything
-from exatrain.launch.requeue import EXIT_REQUEUE, requeue_job
+from exatrain.errors import ExatrainError
+from exatrain.slurm.requeue import EXIT_REQUEUE, requeue_job
 
 _MISMATCH_HINT = ("build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
                   "fresh with another run_dir (or pass resume='' to ignore existing checkpoints)")
@@ -41,8 +41,8 @@ class Checkpointer:
         self.step_count = 0
         # `manager`: a factory (get_progress, set_progress) -> an object with CheckpointManager's methods,
         # for engines that write their own format; a DeepSpeed engine gets DeepSpeed's; default: exatrain's DCP
-        if manager is None and _is_deepspeed_engine(model):
-            manager = _deepspeed_manager(self.run_dir / "checkpoints", interval, keep, model, ctx.world_size)
+        if manager is None:
+            manager = _engine_manager(model, self.run_dir / "checkpoints", interval, keep, ctx.world_size)
         self.manager = (manager(self._progress, self._restore) if manager is not None else
                         CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save))
         self.manager.on_commit = lambda path: self.log(f"checkpoint {path} committed")
@@ -140,14 +140,26 @@ class Checkpointer:
         self.preemption.restore()
 
 
-def _is_deepspeed_engine(model) -> bool:
-    """True for deepspeed.initialize's engine (without importing DeepSpeed when the caller did not)."""
-    deepspeed = sys.modules.get("deepspeed.runtime.engine")
-    return deepspeed is not None and isinstance(model, deepspeed.DeepSpeedEngine)
+#: (is_engine(model), factory(root, interval, keep, model, world_size) -> manager factory): registered by an
+#: outside engine's package (engines/deepspeed/checkpoints.py) when it is imported, so this layer never imports
+#: the engines above it
+_ENGINE_MANAGERS: list[tuple] = []
 
 
-def _deepspeed_manager(root: Path, interval: int, keep: int, ds, world_size: int):
-    """The manager factory for a DeepSpeed engine: DeepSpeed's save/load in this run layout (checkpoint/deepspeed.py)."""
-    from exatrain.checkpoint.deepspeed import DeepSpeedCheckpoints
+def register_manager(is_engine, factory) -> None:
+    """Let `Checkpointer(model=...)` write checkpoints in an engine's own format when `is_engine(model)`:
+    `factory(root, interval, keep, model, world_size)` returns the manager factory (see `manager`)."""
+    _ENGINE_MANAGERS.append((is_engine, factory))
 
-    return lambda get, restore: DeepSpeedCheckpoints(root, interval, keep, ds, get, restore, world_size)
+
+def _engine_manager(model, root: Path, interval: int, keep: int, world_size: int):
+    """The manager factory of the registered engine that `model` belongs to, or None (exatrain's DCP)."""
+    for is_engine, factory in _ENGINE_MANAGERS:
+        if is_engine(model):
+            return factory(root, interval, keep, model, world_size)
+    if type(model).__module__.startswith("deepspeed."):
+        raise ExatrainError(f"Checkpointer got a DeepSpeed engine ({type(model).__name__}) but exatrain's DeepSpeed "
+                            "support was not set up in this process",
+                            "call exatrain.init_deepspeed() (or exatrain.attach_deepspeed(ctx)) before "
+                            "deepspeed.initialize, as examples/deepspeed_own/train.py does")
+    return None

@@ -16,7 +16,7 @@ import torch
 
 from exatrain.distributed.collectives import LaggedAnyRank
 from exatrain.errors import ConfigError
-from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER
+from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER
 
 
 class PreemptionFlag:

@@ -91,7 +91,7 @@ def _run_target(words: list[str] | None):
 def _run_profile(name: str | None):
     if not name:
         return None
-    from exatrain.launch import load_profile
+    from exatrain.slurm import load_profile
 
     return load_profile(name)
 
@@ -99,7 +99,7 @@ def _run_profile(name: str | None):
 def _run_local(args, env, target) -> int:
     from exatrain.launch import check_nproc
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
-    from exatrain.launch.rank_command import SCRIPT_RUNNER
+    from exatrain.slurm.rank_command import SCRIPT_RUNNER
     from exatrain.launch.run import batch_shell_error
 
     problem = batch_shell_error(env)
@@ -165,8 +165,8 @@ def cmd_checkpoint(args, extra: list[str]) -> int:
 
 
 def _prepared(args, overrides: list[str]):
-    from exatrain.launch.submit import prepare
-    from exatrain.launch.sweep import parse_sweep
+    from exatrain.slurm.submit import prepare
+    from exatrain.slurm.sweep import parse_sweep
 
     return prepare(load_config(args.config, overrides), parse_sweep(args.array or []))
 
@@ -184,7 +184,7 @@ def cmd_sbatch(args, overrides: list[str]) -> int:
 
 def cmd_cost(args, overrides: list[str]) -> int:
     """Print the billing estimate of the [job] section and advice for wasteful requests."""
-    from exatrain.launch import JobSpec, estimate_cost, load_profile
+    from exatrain.slurm import JobSpec, estimate_cost, load_profile
 
     job = load_config(args.config, overrides).job
     cost = estimate_cost(JobSpec.from_config(job), load_profile(job.profile))
@@ -198,8 +198,8 @@ def cmd_cost(args, overrides: list[str]) -> int:
 
 def cmd_submit(args, overrides: list[str], runner=None) -> int:
     """Submit (or --dry-run / --test-only) the job; prints job id, script, run dir and output files."""
-    from exatrain.launch.runner import SlurmRunner
-    from exatrain.launch.submit import check_schedulable, submit
+    from exatrain.slurm.runner import SlurmRunner
+    from exatrain.slurm.submit import check_schedulable, submit
 
     job = _prepared(args, overrides)
     runner = runner or SlurmRunner()
@@ -223,8 +223,8 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
 
 def cmd_status(args, extra: list[str], runner=None) -> int:
     """Print a job's (or all your jobs') state."""
-    from exatrain.launch.runner import SlurmRunner
-    from exatrain.launch.submit import status
+    from exatrain.slurm.runner import SlurmRunner
+    from exatrain.slurm.submit import status
 
     print(status(runner or SlurmRunner(), args.job_id))
     return 0
@@ -232,8 +232,8 @@ def cmd_status(args, extra: list[str], runner=None) -> int:
 
 def cmd_cancel(args, extra: list[str], runner=None) -> int:
     """Cancel a job."""
-    from exatrain.launch.runner import SlurmRunner
-    from exatrain.launch.submit import cancel
+    from exatrain.slurm.runner import SlurmRunner
+    from exatrain.slurm.submit import cancel
 
     cancel(runner or SlurmRunner(), args.job_id)
     print(f"cancelled job {args.job_id}")
@@ -248,7 +248,7 @@ def cmd_doctor(args, extra: list[str]) -> int:
     env = detect_environment(None)
     nproc = check_nproc(args.nproc or 1)
     if env.kind != "local" or nproc == 1:
-        from exatrain.cli.doctor import doctor_here
+        from exatrain.tools.doctor.command import doctor_here
 
         return doctor_here(env, args)
     with tempfile.TemporaryDirectory(prefix="exatrain-doctor-") as verdicts:
@@ -269,13 +269,13 @@ def _doctor_verdict(verdict_dir: str, nproc: int, agent_code: int) -> int:
 
 def cmd_scale(args, overrides: list[str]) -> int:
     """Run the study (one training run per world size), then write its report."""
-    from exatrain.cli.scale import parse_counts, run_slurm_study, run_study
+    from exatrain.tools.scale import parse_counts, run_slurm_study, run_study
 
     cfg = load_config(args.config, overrides)  # bad configuration fails before the first run
     out = Path(args.out)
     config = str(Path(args.config).resolve()) if args.config else None
     if args.nodes:
-        from exatrain.launch.runner import SlurmRunner
+        from exatrain.slurm.runner import SlurmRunner
 
         run_slurm_study(parse_counts(args.nodes, "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
                         SlurmRunner())
@@ -290,7 +290,7 @@ def cmd_report(args, extra: list[str]) -> int:
 
 
 def _report(runs: list[str], out: Path) -> int:
-    from exatrain.observe.report import write_report
+    from exatrain.tools.report import write_report
 
     html_path, md_path, _ = write_report(runs, out)
     print(md_path.read_text(), end="")
@@ -300,8 +300,8 @@ def _report(runs: list[str], out: Path) -> int:
 
 def cmd_monitor(args, extra: list[str], runner=None) -> int:
     """Show a running job's GPUs (one table, or live until Ctrl-C)."""
-    from exatrain.launch.runner import SlurmRunner
-    from exatrain.observe.job_monitor import monitor
+    from exatrain.slurm.runner import SlurmRunner
+    from exatrain.tools.monitor import monitor
 
     monitor(runner or SlurmRunner(), args.job_id, args.interval, args.once)
     return 0
@@ -309,13 +309,13 @@ def cmd_monitor(args, extra: list[str], runner=None) -> int:
 
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""
-    from exatrain.train.plan import make_plan
-    from exatrain.train.plan.report import print_plan, to_json
+    from exatrain.tools.plan import make_plan
+    from exatrain.tools.plan.report import print_plan, to_json
 
     cfg = load_config(args.config, overrides)
     gpu_gb = args.gpu_memory_gb
     if args.site:
-        from exatrain.launch import load_profile
+        from exatrain.slurm import load_profile
 
         gpu_gb = load_profile(args.site).gpu_memory_gb or None
     plan = make_plan(cfg, args.world_size, gpu_gb, args.vocab_size)

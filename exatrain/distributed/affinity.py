@@ -10,9 +10,9 @@ from exatrain.distributed.collectives import all_gather_objects, print0
 from exatrain.distributed.process_group import DistContext
 from exatrain.env.affinity import bind_worker, check_rank, format_table, physical_gpu
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.launch.binding import cpu_binding
-from exatrain.launch.profiles import load_profile
-from exatrain.launch.spec import JobSpec
+from exatrain.slurm.binding import cpu_binding
+from exatrain.slurm.profiles import load_profile
+from exatrain.slurm.spec import JobSpec
 
 _HINT = ("bind each rank to its cores: scripts from `exatrain sbatch` pass the profile's masks to srun "
          "--cpu-bind=mask_cpu (srun mode) or let each torchrun worker bind itself (torchrun mode); check the "

@@ -1,18 +1,12 @@
-"""Launching: job specs, site profiles, sbatch scripts, billing, submission, local multi-process runs.
+"""Starting processes: local runs under torchrun's elastic agent (local.py, agent.py) and `exatrain run`
+(run.py: one rank inside a launcher; script_runner.py: the script as `python SCRIPT.py` would run it).
 
-Never imports torch. Names are loaded on first use (PEP 562), so `exatrain sbatch` pays only for the
-modules it needs.
+Never imports torch at import time. Names are loaded on first use (PEP 562).
 """
 
 from importlib import import_module
 
-_WHERE = {
-    "check_nproc": "local", "launch_local": "local", "torchrun_command": "local",
-    "CostEstimate": "billing", "estimate_cost": "billing",
-    "BillingRule": "profiles", "SiteProfile": "profiles", "bundled_profiles": "profiles", "load_profile": "profiles",
-    "render_sbatch": "sbatch", "sbatch_flags": "sbatch",
-    "JobSpec": "spec",
-}
+_WHERE = {"check_nproc": "local", "launch_local": "local", "torchrun_command": "local"}
 __all__ = sorted(_WHERE)
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from exatrain.errors import ConfigError
-from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
+from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 
 # torchrun's c10d rendezvous shares one TCPStore between the agent and its workers, and keeps it across
 # restarts without a per-attempt key prefix (torch 2.13; pytorch/pytorch#135712). A restarted group then
@@ -20,7 +20,7 @@ from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 # off, every rendezvous round gets a fresh store hosted by the new rank 0.
 RESTART_SAFE_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # The agent runs in a child process (it imports torch): torchrun's own code, driven by the CLI layer.
-AGENT_MODULE = "exatrain.cli.agent"
+AGENT_MODULE = "exatrain.launch.agent"
 
 
 def check_nproc(nproc: int) -> int:
@@ -44,7 +44,7 @@ def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int
 
 def agent_command(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "") -> list[str]:
     """The command that runs ``target`` (torchrun's form: ``SCRIPT ARGS`` or ``-m MODULE ARGS``) in `nproc`
-    workers on this node, under torchrun's agent in `exatrain.cli.agent` (torchrun's own arguments; a failed
+    workers on this node, under torchrun's agent in `exatrain.launch.agent` (torchrun's own arguments; a failed
     worker is named and its exit code returned).
 
     `--standalone` gives a private c10d rendezvous on a free local port, so concurrent runs never collide.

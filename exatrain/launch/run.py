@@ -23,7 +23,7 @@ from exatrain.env.affinity import check_rank, physical_gpu
 from exatrain.env.devices import count_node_gpus, narrowed_ids, pick_device_index, visibility, visibility_problem
 from exatrain.env.master_check import check_master
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.launch.rank_command import script_runner_argv
+from exatrain.slurm.rank_command import script_runner_argv
 
 _USAGE = "exatrain run [--nproc N] [--max-restarts K] [--] SCRIPT.py [ARGS...]   or   exatrain run -m MODULE [ARGS...]"
 _PYTHON_SUFFIXES = (".py", ".pyw")

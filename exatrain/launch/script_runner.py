@@ -34,20 +34,11 @@ import runpy
 import signal
 import sys
 
+from exatrain.slurm.rank_command import MASK_OPTIONS
+
 _USAGE = ("usage: python -m exatrain.launch.script_runner [--gpu-cpu-masks=M,... | --cpu-masks=M,...] "
           "SCRIPT.py [ARGS...] | -m MODULE [ARGS...]")
-MASK_OPTIONS = {"--gpu-cpu-masks": True, "--cpu-masks": False}  # option -> masks are per GPU (else per local rank)
 _HEX = re.compile(r"0[xX][0-9a-fA-F]+")
-
-
-def mask_option(per_gpu: bool) -> str:
-    """The runner's option for masks per GPU (``--gpu-cpu-masks``) or per local rank (``--cpu-masks``)."""
-    return next(name for name, by_gpu in MASK_OPTIONS.items() if by_gpu == per_gpu)
-
-
-def mask_options(masks: tuple[str, ...], per_gpu: bool) -> list[str]:
-    """The runner option that binds each torchrun worker to its mask (none without masks)."""
-    return [f"{mask_option(per_gpu)}={','.join(masks)}"] if masks else []
 
 
 def parse_options(argv: list[str]) -> tuple[tuple[str, ...], bool, list[str]]:

@@ -38,11 +38,11 @@ def build_engine(cfg: Config, dims, ctx, vocab_size: int, autocast):
     """The engine for this layout, with its model(s) built and initialised."""
     reference = reference_model(cfg, vocab_size)
     if cfg.engine.name == "deepspeed":
-        from exatrain.train.deepspeed_engine import DeepSpeedEngine  # imports deepspeed: only when asked for
+        from exatrain.engines.deepspeed.engine import DeepSpeedEngine  # imports deepspeed: only when asked for
 
         return DeepSpeedEngine(cfg, dims, ctx, reference, bf16=uses_bf16(cfg.train.precision, ctx.device))
     if cfg.engine.name == "horovod":
-        from exatrain.train.horovod_engine import HorovodEngine  # imports horovod: only when asked for
+        from exatrain.engines.horovod.engine import HorovodEngine  # imports horovod: only when asked for
 
         accumulation = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp)
         return HorovodEngine(cfg, ctx, reference, accumulation, autocast)

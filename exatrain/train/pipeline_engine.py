@@ -23,7 +23,7 @@ import exatrain
 from exatrain.config import Config
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.transformer import lm_loss
-from exatrain.train.engine import Engine
+from exatrain.engines.base import Engine
 from exatrain.train.model_layout import apply_layout, lm_from_config
 
 

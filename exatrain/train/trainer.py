@@ -24,7 +24,7 @@ from exatrain.observe.metrics import MetricsFanout
 from exatrain.observe.profiler import StepProfiler
 from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.train.build import build_engine
-from exatrain.train.optim import build_optimizer, build_scheduler
+from exatrain.engines.optim import build_optimizer, build_scheduler
 
 
 class Trainer:

@@ -20,8 +20,8 @@ import torch
 from exatrain.config import load_config
 from exatrain.distributed import init_distributed, teardown
 from exatrain.distributed.parallelize import local_tensor
-from exatrain.train.plan import make_plan
-from exatrain.train.plan.layout import local_state_bytes
+from exatrain.tools.plan import make_plan
+from exatrain.tools.plan.layout import local_state_bytes
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 from tests.distributed.helpers import spawn
@@ -125,7 +125,7 @@ def test_plan_matches_real_ranks(real_ranks, world):
 
 @pytest.mark.parametrize("layout", ACTIVATIONS_AT_2)
 def test_tp_activation_estimate_matches_saved_tensors(real_ranks, layout):
-    """The plan's activations per microbatch (formula in train/plan/memory.py) against the bytes each real
+    """The plan's activations per microbatch (formula in tools/plan/memory.py) against the bytes each real
     rank's autograd keeps for one forward under TP (2 ranks), alone and with sequence parallel: within 10 %."""
     tmp_path, real = real_ranks(2)
     estimate = make_plan(_config(layout, tmp_path), 2).ranks[0].activation_per_microbatch

@@ -16,7 +16,7 @@ from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.env import detect_environment
 from exatrain.errors import ExatrainError
-from exatrain.launch import load_profile
+from exatrain.slurm import load_profile
 
 pytestmark = pytest.mark.dist
 

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from exatrain.launch.local import agent_command
-from exatrain.launch.profiles import PROFILE_DIR
-from exatrain.launch.rank_command import SCRIPT_RUNNER
+from exatrain.slurm.profiles import PROFILE_DIR
+from exatrain.slurm.rank_command import SCRIPT_RUNNER
 from tests.conftest import clean_environment, run_exatrain
 
 TINY = ["--train.steps=2", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=1",

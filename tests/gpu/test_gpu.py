@@ -21,7 +21,7 @@ import torch.distributed as dist
 from exatrain.config import load_config
 from exatrain.distributed import init_distributed
 from exatrain.env import detect_environment
-from exatrain.train.plan import make_plan
+from exatrain.tools.plan import make_plan
 from exatrain.train.run import prepare_data
 from exatrain.train.trainer import Trainer
 
@@ -124,7 +124,7 @@ def test_fsdp2_bf16_params_fp32_reduce(nccl_group_of_one):
 
     from exatrain.distributed.parallelize import apply_fsdp, load_full_state_dict
     from exatrain.models.transformer import build_model
-    from exatrain.train.optim import build_optimizer
+    from exatrain.engines.optim import build_optimizer
 
     torch.manual_seed(0)
     reference = build_model("small", 512, 128).cuda()

@@ -16,11 +16,11 @@ import dataclasses
 import pytest
 
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.launch.profiles import SiteProfile, bundled_profiles, load_profile
-from exatrain.launch.runner import SlurmRunner
-from exatrain.launch.sbatch import render_sbatch
-from exatrain.launch.spec import JobSpec
-from exatrain.launch.submit import Prepared, check_schedulable
+from exatrain.slurm.profiles import SiteProfile, bundled_profiles, load_profile
+from exatrain.slurm.runner import SlurmRunner
+from exatrain.slurm.sbatch import render_sbatch
+from exatrain.slurm.spec import JobSpec
+from exatrain.slurm.submit import Prepared, check_schedulable
 
 pytestmark = pytest.mark.slurm
 

@@ -3,7 +3,8 @@ breaks them fails CI.
 
 - each package imports only from packages in its own layer or above (the order of LAYERS below);
 - models never imports train, checkpoint or data;
-- config, env and launch import no torch (submitting from a login node stays instant);
+- config, env and slurm import no torch, launch none at import time (submitting from a login node stays
+  instant; launch's agent runs torchrun's code inside its functions);
 - only env/ reads the process environment: outside env/, a read names its variable (a string or a module
   constant), never a cluster variable, and the whole environment (``os.environ.copy()``, ``dict(os.environ)``,
   passing ``os.environ`` on, iterating it) is used only at the places listed in WHOLE_ENVIRONMENT, with the
@@ -25,8 +26,8 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
-LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"launch"}, {"observe"}, {"distributed"},
-          {"models", "data", "checkpoint"}, {"train"}, {"cli", "__main__"}]
+LAYERS = [{"errors", "__init__"}, {"config", "env"}, {"slurm"}, {"launch"}, {"observe"}, {"distributed"},
+          {"models", "data", "checkpoint"}, {"engines"}, {"train"}, {"tools"}, {"cli", "__main__"}]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 CLUSTER_VAR = re.compile(r"^(SLURM|SBATCH|OMPI|PMI|PMIX|TORCHELASTIC|MPI|CUDA_VISIBLE|ROCR_VISIBLE|HIP_VISIBLE|"
                          r"MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK)(_|$)")
@@ -34,7 +35,7 @@ WHOLE_ENVIRONMENT = {
     "launch/local.py": "copied as the environment of the torchrun agent it starts",
     "distributed/process_group.py": "handed to env's visibility_problem, which reads it",
     "cli/commands.py": "copied as the environment `exatrain run` execs the user's script with",
-    "cli/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
+    "tools/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
 }
 PRIVATE_TO_TRAINER = ("exatrain.distributed", "exatrain.checkpoint")  # reached through `import exatrain` only
 _READ_METHODS = {"get", "__getitem__", "__contains__"}
@@ -56,6 +57,19 @@ def _imports(tree: ast.AST):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
+
+
+def _module_level(tree: ast.Module) -> list[ast.stmt]:
+    """The statements that run at import time: the module's body and its if/try blocks, not function bodies."""
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        out.append(node)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo += [n for n in getattr(node, field, []) if isinstance(n, (ast.stmt, ast.ExceptHandler))]
+    return [n for n in out if isinstance(n, ast.stmt)]
 
 
 def _constants(tree: ast.AST) -> dict[str, str]:
@@ -136,7 +150,7 @@ def test_layer_rules(path):
                           "\"Layout and tests\" section places it, and list it there)")
     for name in _imports(tree):
         parts = name.split(".")
-        if parts[0] == "torch" and pkg in ("config", "env", "launch"):
+        if parts[0] == "torch" and pkg in ("config", "env", "slurm"):
             pytest.fail(f"{path.name}: {pkg}/ must not import torch (imports {name})")
         if parts[0] != "exatrain" or len(parts) < 2:
             continue
@@ -144,6 +158,9 @@ def test_layer_rules(path):
         assert LEVEL.get(target, 0) <= LEVEL[pkg], f"{pkg}/{path.name} imports {name}: a lower layer"
         if pkg == "models":
             assert target not in ("train", "checkpoint", "data"), f"models/{path.name} imports {name}"
+    if pkg == "launch":  # its agent runs torchrun's code in a child process: torch inside functions only
+        top = [n for n in _imports(ast.Module(body=_module_level(tree), type_ignores=[])) if n.split(".")[0] == "torch"]
+        assert not top, f"launch/{path.name} imports {top[0]} at import time: import it inside the function that needs it"
     rel = str(path.relative_to(PKG))
     for kind, key in _environ_accesses(tree):
         if kind == "write":

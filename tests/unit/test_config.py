@@ -100,7 +100,7 @@ def test_job_section_type_errors(override, needle):
 
 
 def test_job_section_maps_to_the_checked_spec():
-    from exatrain.launch import JobSpec
+    from exatrain.slurm import JobSpec
 
     spec = JobSpec.from_config(load_config(None, ["--job.time=45", "--job.nodes=3"]).job)
     assert spec.slurm_time() == "00:45:00" and spec.nodes == 3

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exatrain.config import load_config
-from exatrain.config.deepspeed import deepspeed_config, generated_config
+from exatrain.engines.deepspeed.config import deepspeed_config, generated_config
 from exatrain.errors import ConfigError
 from exatrain.train.preflight import preflight
 

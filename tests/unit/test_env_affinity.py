@@ -9,8 +9,8 @@ from exatrain.env.affinity import (
     check_rank, expected_cores, format_ranges, format_table, gpu_numa_nodes, mask_to_cores, parse_cpulist,
     physical_gpu,
 )
-from exatrain.launch import load_profile
-from exatrain.launch.profiles import PROFILE_DIR
+from exatrain.slurm import load_profile
+from exatrain.slurm.profiles import PROFILE_DIR
 from tests.unit.lumi_gcd import gcd_cores, gcd_mask
 
 

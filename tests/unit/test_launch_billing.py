@@ -3,7 +3,7 @@
 import pytest
 
 from exatrain.errors import ConfigError
-from exatrain.launch import JobSpec, estimate_cost, load_profile
+from exatrain.slurm import JobSpec, estimate_cost, load_profile
 
 CASES = [
     # standard-g, whole nodes: 2 nodes x 2 h x 4 GPU-hours per node-hour = 16

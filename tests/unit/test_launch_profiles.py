@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from exatrain.errors import ConfigError
-from exatrain.launch import JobSpec, bundled_profiles, load_profile
-from exatrain.launch.profiles import PROFILE_DIR
+from exatrain.slurm import JobSpec, bundled_profiles, load_profile
+from exatrain.slurm.profiles import PROFILE_DIR
 from tests.unit.lumi_gcd import gcd_mask
 
 EXPECTED = ["cpu", "generic-amd", "generic-nvidia", "jureca-dc", "juwels-booster", "lumi-g"]
@@ -90,9 +90,9 @@ def test_spec_value_errors(kwargs, match):
 
 
 def test_launch_never_imports_torch():
-    code = ("import sys, exatrain.launch, exatrain.launch.spec, exatrain.launch.profiles, exatrain.launch.sbatch, "
-            "exatrain.launch.billing, exatrain.launch.local, exatrain.launch.runner, exatrain.launch.submit, "
-            "exatrain.launch.sweep, exatrain.env.affinity, exatrain.env.master_check; "
+    code = ("import sys, exatrain.launch, exatrain.slurm.spec, exatrain.slurm.profiles, exatrain.slurm.sbatch, "
+            "exatrain.slurm.billing, exatrain.launch.local, exatrain.slurm.runner, exatrain.slurm.submit, "
+            "exatrain.slurm.sweep, exatrain.env.affinity, exatrain.env.master_check; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from exatrain.cli.agent import failure_exit_code
+from exatrain.launch.agent import failure_exit_code
 from exatrain.cli.main import build_parser, split_run_argv
 from exatrain.env import LocalEnvironment, MPIEnvironment, SlurmEnvironment, TorchElasticEnvironment
 from exatrain.errors import ClusterEnvError, ExatrainError

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from exatrain.errors import ConfigError
-from exatrain.launch import JobSpec, bundled_profiles, load_profile, render_sbatch, sbatch_flags
+from exatrain.slurm import JobSpec, bundled_profiles, load_profile, render_sbatch, sbatch_flags
 from tests.unit.lumi_gcd import gcd_mask
 from tests.unit.goldens import check_golden
 
@@ -63,7 +63,7 @@ def test_flags_sorted_and_deterministic():
 _RENDER_ALL = """
 import dataclasses, json, sys
 from tests.unit.test_launch_sbatch import SPEC, _render
-from exatrain.launch import bundled_profiles
+from exatrain.slurm import bundled_profiles
 json.dump({f"{p}-{m}": _render(p, m) for p in bundled_profiles() for m in ("srun", "torchrun")}, sys.stdout)
 """
 

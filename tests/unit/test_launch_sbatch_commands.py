@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exatrain.errors import ConfigError
-from exatrain.launch import JobSpec, load_profile, render_sbatch
-from exatrain.launch.profiles import PROFILE_DIR
+from exatrain.slurm import JobSpec, load_profile, render_sbatch
+from exatrain.slurm.profiles import PROFILE_DIR
 from tests.unit.goldens import check_golden
 from tests.unit.lumi_gcd import gcd_mask
 
@@ -151,7 +151,7 @@ def test_example_job_files_render(name, profile):
     """examples/torchrun_ddp's job files: the bundled profile, the script wrapped in `exatrain run` (srun mode)
     and in torchrun with --job.launch=torchrun; both scripts are valid bash."""
     from exatrain.config import load_config
-    from exatrain.launch.submit import prepare
+    from exatrain.slurm.submit import prepare
 
     path = Path(__file__).parents[2] / "examples" / "torchrun_ddp" / f"{name}.toml"
     srun = prepare(load_config(str(path), [])).script

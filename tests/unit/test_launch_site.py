@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from exatrain.errors import ConfigError
-from exatrain.launch import JobSpec, bundled_profiles, load_profile, render_sbatch
-from exatrain.launch.profiles import PROFILE_DIR
+from exatrain.slurm import JobSpec, bundled_profiles, load_profile, render_sbatch
+from exatrain.slurm.profiles import PROFILE_DIR
 
 
 def _exports(text):
@@ -114,7 +114,7 @@ def test_batch_shell_signal_is_refused():
 
 
 def test_signal_the_trainer_does_not_handle_is_refused():
-    from exatrain.launch.spec import check_signal_handled
+    from exatrain.slurm.spec import check_signal_handled
 
     with pytest.raises(ConfigError, match="not among checkpoint.signals") as exc:
         check_signal_handled(JobSpec(signal="USR1@120"), "USR2,TERM")
@@ -125,7 +125,7 @@ def test_signal_the_trainer_does_not_handle_is_refused():
 
 def test_submit_refuses_a_signal_the_trainer_does_not_handle(tmp_path):
     from exatrain.config import load_config
-    from exatrain.launch.submit import prepare
+    from exatrain.slurm.submit import prepare
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[run]\ndir = "{tmp_path}/run"\n[job]\nsignal = "USR1@120"\n[checkpoint]\nsignals = "USR2"\n')
@@ -227,7 +227,7 @@ def test_every_path_the_ranks_use_lies_under_a_bind(tmp_path, monkeypatch, mode)
     import tomllib
 
     from exatrain.config import load_config
-    from exatrain.launch.submit import prepare
+    from exatrain.slurm.submit import prepare
 
     work = tmp_path / "work"
     (work / "corpus").mkdir(parents=True)
@@ -264,7 +264,7 @@ def test_every_path_the_ranks_use_lies_under_a_bind(tmp_path, monkeypatch, mode)
 @pytest.mark.parametrize("command", ["squeue", "scancel", "scontrol", "sacct"])
 def test_status_and_cancel_without_slurm_do_not_suggest_dry_run(tmp_path, command):
     """Only submit has --dry-run; status and cancel must not send the user to a flag they lack."""
-    from exatrain.launch.runner import CommandNotFound, SlurmRunner
+    from exatrain.slurm.runner import CommandNotFound, SlurmRunner
 
     with pytest.raises(CommandNotFound) as exc:
         SlurmRunner(env={"PATH": str(tmp_path)})([command, "1"])

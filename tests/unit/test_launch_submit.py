@@ -11,9 +11,9 @@ from exatrain.cli import commands
 from exatrain.cli.main import build_parser, main
 from exatrain.config import load_config
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.launch.runner import CommandResult, SlurmRunner
-from exatrain.launch.submit import cancel, prepare, status, check_schedulable, submit
-from exatrain.launch.sweep import parse_sweep
+from exatrain.slurm.runner import CommandResult, SlurmRunner
+from exatrain.slurm.submit import cancel, prepare, status, check_schedulable, submit
+from exatrain.slurm.sweep import parse_sweep
 
 
 class FakeRunner:
@@ -177,7 +177,7 @@ def test_cli_bad_job_value_is_an_error_with_hint(tmp_path, capsys):
 
 
 def test_requeue_goes_through_the_same_runner():
-    from exatrain.launch.requeue import requeue_job
+    from exatrain.slurm.requeue import requeue_job
 
     runner = FakeRunner()
     assert requeue_job("42", runner) == (True, "job 42 requeued") and runner.calls[0][0] == ["scontrol", "requeue", "42"]

@@ -12,7 +12,7 @@ import pytest
 
 from exatrain.distributed import nccl_debug
 from exatrain.errors import ConfigError
-from exatrain.observe import doctor
+from exatrain.tools.doctor import checks as doctor
 
 # NVIDIA/nccl-tests#185: NCCL 2.19.3, its own IB transport over RoCE, no plugin
 IB_ROCE = """\
@@ -113,7 +113,7 @@ def test_nccl_debug_variables_point_each_rank_at_its_own_file(tmp_path, monkeypa
 def test_per_rank_nccl_logs_fail_a_multi_node_job_on_sockets(tmp_path):
     """The files NCCL would write for ranks on two nodes (real excerpts as their contents): the doctor's
     per-rank reading of them, and the check that fails when any rank talks TCP between nodes."""
-    from exatrain.cli.doctor import _nccl_report
+    from exatrain.tools.doctor.command import _nccl_report
 
     def reports(logs):
         out = []
@@ -178,7 +178,7 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
     set-up is replaced by a recorder that stops the doctor there."""
     import argparse
 
-    from exatrain.cli import doctor as cli_doctor
+    from exatrain.tools.doctor import command as cli_doctor
     from exatrain.env import detect_environment
 
     class Stop(Exception):

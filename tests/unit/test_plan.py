@@ -16,7 +16,7 @@ from exatrain.config import load_config
 from exatrain.errors import ConfigError
 from exatrain.models import model_shape
 from exatrain.models.transformer import build_model
-from exatrain.train.plan import make_plan, memory
+from exatrain.tools.plan import make_plan, memory
 
 # xl (~1B parameters, 16 heads, 18 blocks) on 16,384 GPUs: 4 pipeline ranks x 8 replicas x 64-way FSDP x 8-way TP
 HUGE = ["--model.size=xl", "--data.seq_len=4096", "--parallel.pp=4", "--parallel.dp_replicate=8",
@@ -130,7 +130,7 @@ def test_pipeline_microbatches_in_flight():
 
 def test_site_profiles_give_the_gpu_memory():
     from exatrain.config.load import read_toml
-    from exatrain.launch.profiles import PROFILE_DIR, load_profile, profile_from_dict
+    from exatrain.slurm.profiles import PROFILE_DIR, load_profile, profile_from_dict
 
     assert {n: load_profile(n).gpu_memory_gb for n in ("lumi-g", "juwels-booster", "generic-nvidia", "cpu")} == \
         {"lumi-g": 64.0, "juwels-booster": 40.0, "generic-nvidia": 80.0, "cpu": 0.0}

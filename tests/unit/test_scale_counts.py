@@ -2,7 +2,7 @@
 
 import pytest
 
-from exatrain.cli.scale import parse_counts
+from exatrain.tools.scale import parse_counts
 from exatrain.errors import ExatrainError
 
 
@@ -18,7 +18,7 @@ def test_bad_counts_name_the_flag(text):
 
 
 def test_report_of_a_folder_without_runs_says_so(tmp_path):
-    from exatrain.observe.report import write_report
+    from exatrain.tools.report import write_report
 
     with pytest.raises(ExatrainError, match="no summary.json") as e:
         write_report([str(tmp_path)], tmp_path / "report.html")

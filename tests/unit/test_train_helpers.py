@@ -8,7 +8,7 @@ import pytest
 from exatrain.config import load_config
 from exatrain.errors import ConfigError
 from exatrain.observe import ProgressReporter
-from exatrain.train.optim import lr_factor
+from exatrain.engines.optim import lr_factor
 from exatrain.train.preflight import preflight
 
 

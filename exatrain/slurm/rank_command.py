@@ -10,10 +10,20 @@ import shlex
 from pathlib import PurePosixPath
 
 from exatrain.errors import ConfigError
-from exatrain.launch.script_runner import mask_options
 
 _PYTHON = re.compile(r"python[0-9.]*")
 SCRIPT_RUNNER = "exatrain.launch.script_runner"  # how exatrain starts a Python script in a rank
+MASK_OPTIONS = {"--gpu-cpu-masks": True, "--cpu-masks": False}  # option -> masks are per GPU (else per local rank)
+
+
+def mask_option(per_gpu: bool) -> str:
+    """The runner's option for masks per GPU (``--gpu-cpu-masks``) or per local rank (``--cpu-masks``)."""
+    return next(name for name, by_gpu in MASK_OPTIONS.items() if by_gpu == per_gpu)
+
+
+def mask_options(masks: tuple[str, ...], per_gpu: bool) -> list[str]:
+    """The runner option that binds each torchrun worker to its mask (none without masks)."""
+    return [f"{mask_option(per_gpu)}={','.join(masks)}"] if masks else []
 
 
 def command_kind(cmd: list[str]) -> str:

@@ -2,10 +2,10 @@
 
 exatrain still decides everything it decides for its torch engine: the process group (DeepSpeed wraps it,
 exatrain.attach_deepspeed), the model's initial weights, AdamW and its schedule, batch sizes,
-accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], config/deepspeed.py).
+accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], engines/deepspeed/config.py).
 DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
 at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load: exatrain.Checkpointer given
-the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (checkpoint/deepspeed.py).
+the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (engines/deepspeed/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch.distributed as dist
 
 import exatrain
 from exatrain.config import Config
-from exatrain.config.deepspeed import deepspeed_config
-from exatrain.train.engine import Engine
-from exatrain.train.optim import build_optimizer, build_scheduler
+from exatrain.engines.deepspeed.config import deepspeed_config
+from exatrain.engines.base import Engine
+from exatrain.engines.optim import build_optimizer, build_scheduler
 
 
 class DeepSpeedEngine(Engine):

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 
 from exatrain.errors import ConfigError
-from exatrain.launch.profiles import BillingRule, SiteProfile
-from exatrain.launch.spec import JobSpec
+from exatrain.slurm.profiles import BillingRule, SiteProfile
+from exatrain.slurm.spec import JobSpec
 
 
 @dataclass(frozen=True)

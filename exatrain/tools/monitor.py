@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from exatrain.errors import ExatrainError
-from exatrain.launch.runner import Runner
+from exatrain.slurm.runner import Runner
 from exatrain.observe.gpu_monitor import NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, parse_nvidia_smi, parse_rocm_smi
 
 # what each node runs: its name, then which tool answered and the tool's output

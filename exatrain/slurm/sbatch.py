@@ -10,14 +10,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from exatrain.launch.binding import cpu_binding
-from exatrain.launch.profiles import SiteProfile
-from exatrain.launch.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
+from exatrain.slurm.binding import cpu_binding
+from exatrain.slurm.profiles import SiteProfile
+from exatrain.slurm.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           starts_script_runner, wrap_in_exatrain_run)
-from exatrain.launch.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
-from exatrain.launch.script_runner import mask_option
-from exatrain.launch.spec import JobSpec
-from exatrain.launch.sweep import Sweep
+from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
+from exatrain.slurm.rank_command import mask_option
+from exatrain.slurm.spec import JobSpec
+from exatrain.slurm.sweep import Sweep
 
 # The one table of spec fields that map 1:1 to sbatch flags (empty values are left out).
 SPEC_FLAGS = {

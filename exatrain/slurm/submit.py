@@ -1,6 +1,6 @@
 """From a configuration to a SLURM job: the script and config files, sbatch, --test-only, status, cancel.
 
-SLURM is reached only through an injected :class:`~exatrain.launch.runner.Runner`. Never imports torch.
+SLURM is reached only through an injected :class:`~exatrain.slurm.runner.Runner`. Never imports torch.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
 from exatrain.errors import ExatrainError
-from exatrain.launch.containers import rank_paths
-from exatrain.launch.profiles import is_profile_path, load_profile
-from exatrain.launch.rank_command import command_kind
-from exatrain.launch.sbatch import render_sbatch
-from exatrain.launch.spec import JobSpec, check_signal_handled
-from exatrain.launch.sweep import Sweep
+from exatrain.slurm.containers import rank_paths
+from exatrain.slurm.profiles import is_profile_path, load_profile
+from exatrain.slurm.rank_command import command_kind
+from exatrain.slurm.sbatch import render_sbatch
+from exatrain.slurm.spec import JobSpec, check_signal_handled
+from exatrain.slurm.sweep import Sweep
 
 if TYPE_CHECKING:  # the runner module (subprocess) is loaded only where SLURM is really called
-    from exatrain.launch.runner import Runner
+    from exatrain.slurm.runner import Runner
 
 # sbatch's rejection reasons (Slurm 22.05+) -> what to change
 _REJECTIONS = {

@@ -1,6 +1,6 @@
 """Memory arithmetic of `exatrain plan` (torch-free): optimizer state, activation estimate, verdict.
 
-Parameter and gradient shard sizes are MEASURED from the layout (see exatrain.train.plan.layout); this module
+Parameter and gradient shard sizes are MEASURED from the layout (see exatrain.tools.plan.layout); this module
 only adds what a layout cannot show: AdamW state per parameter element, transient buffers, and an
 activation ESTIMATE from a per-block formula.
 

@@ -1,4 +1,4 @@
-"""torchrun's elastic agent, run in this process by `exatrain.launch.local` (``python -m exatrain.cli.agent
+"""torchrun's elastic agent, run in this process by `exatrain.launch.local` (``python -m exatrain.launch.agent
 TORCHRUN_ARGS``): the same arguments and behaviour as ``torchrun``, but a failed worker ends the run with
 one plain message naming its rank, and with that worker's exit code instead of torchrun's traceback and 1.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from exatrain.config import Config
-from exatrain.launch.profiles import is_profile_path
+from exatrain.slurm.profiles import is_profile_path
 
 
 def rank_paths(cfg: Config, run_dir: Path, cwd: Path) -> tuple[str, ...]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from exatrain.train.plan.memory import GIB
-from exatrain.train.plan.planner import Plan
+from exatrain.tools.plan.memory import GIB
+from exatrain.tools.plan.planner import Plan
 
 ROWS = (  # (label, RankPlan attribute)
     ("parameters", "params"), ("gradients", "grads"), ("optimizer (AdamW)", "optimizer"),

@@ -20,7 +20,7 @@ from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.observe import doctor
+from exatrain.tools.doctor import checks as doctor
 
 
 def doctor_here(env, args) -> int:

@@ -8,20 +8,22 @@ all but the newest `keep`. Resume=auto finds the newest committed one. The train
 best eval loss, the sampler's global position) travels in DeepSpeed's client state.
 
 DeepSpeed's ZeRO shards are tied to the number of ranks that wrote them: resuming with another world size
-goes through DeepSpeed's universal checkpoint (deepspeed_universal.py: converted once into step-N/universal)
+goes through DeepSpeed's universal checkpoint (universal.py: converted once into step-N/universal)
 for the ZeRO stages where that works (UNIVERSAL_STAGES), and is refused with a HINT for the others.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from exatrain.checkpoint.checkpointer import register_manager
 from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.store import commit, delete, partial_dir, retire, step_dir
 from exatrain.distributed import barrier, is_root, print0
 from exatrain.errors import ExatrainError
-from exatrain.checkpoint.deepspeed_universal import ensure_universal, loading_universal
+from exatrain.engines.deepspeed.universal import ensure_universal, loading_universal
 
 TAG = "deepspeed"  # DeepSpeed's checkpoint tag: the folder its files go into inside step-N
 INFO = "exatrain.json"
@@ -111,3 +113,16 @@ def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
         return (f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and DeepSpeed's universal "
                 f"checkpoint does not reshard ZeRO stage {zero_stage} here (see docs/engines.md)")
     return ""
+
+
+def is_deepspeed_engine(model) -> bool:
+    """True for deepspeed.initialize's engine (without importing DeepSpeed when the caller did not)."""
+    deepspeed = sys.modules.get("deepspeed.runtime.engine")
+    return deepspeed is not None and isinstance(model, deepspeed.DeepSpeedEngine)
+
+
+def _manager(root: Path, interval: int, keep: int, ds, world_size: int):
+    return lambda get, restore: DeepSpeedCheckpoints(root, interval, keep, ds, get, restore, world_size)
+
+
+register_manager(is_deepspeed_engine, _manager)

@@ -9,12 +9,13 @@ environment (srun, mpirun, torchrun, `exatrain run`, a plain process), joins the
 from __future__ import annotations
 
 import datetime
-import os
 
 import torch
 import torch.distributed as dist
 
+import exatrain.engines.deepspeed.checkpoints  # noqa: F401  registers DeepSpeed's checkpoints with the Checkpointer
 from exatrain.distributed.context import Context, init
+from exatrain.distributed.variables import set_variables
 from exatrain.errors import ExatrainError
 
 #: DeepSpeed's CPU-only shared-memory all-reduce, used only by its tensor-parallel *inference* kernels
@@ -29,8 +30,8 @@ def import_deepspeed(device: str = "auto"):
     DS_ACCELERATOR is read once, at DeepSpeed's first use: on a machine without a GPU (or device="cpu")
     it is set to "cpu" unless the user set it, so DeepSpeed never probes for accelerators it cannot use.
     """
-    if "DS_ACCELERATOR" not in os.environ and (device == "cpu" or not torch.cuda.is_available()):
-        os.environ["DS_ACCELERATOR"] = "cpu"
+    if device == "cpu" or not torch.cuda.is_available():
+        set_variables({"DS_ACCELERATOR": "cpu"}, overwrite=False)
     try:
         import deepspeed
     except ImportError as exc:
@@ -90,7 +91,5 @@ def group_of_one(device: torch.device, timeout_s: float = 300.0) -> str:
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=timeout_s))
     # DeepSpeed's engine reads its local rank from the environment, as its launcher would have set it
-    for name in ("RANK", "LOCAL_RANK"):
-        os.environ.setdefault(name, "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
+    set_variables({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, overwrite=False)
     return backend

@@ -10,8 +10,8 @@ from typing import Any
 from exatrain.config.load import config_from_dict
 from exatrain.config.schema import JobConfig
 from exatrain.errors import ConfigError
-from exatrain.launch.profiles import SiteProfile
-from exatrain.launch.timefmt import format_slurm_time, parse_slurm_time
+from exatrain.slurm.profiles import SiteProfile
+from exatrain.slurm.timefmt import format_slurm_time, parse_slurm_time
 
 LAUNCH_MODES = ("srun", "torchrun")
 _SIGNAL = re.compile(r"(?:B:)?[A-Z][A-Z0-9]*@\d+")

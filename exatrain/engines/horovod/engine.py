@@ -1,7 +1,7 @@
 """`[engine] name = "horovod"`: the reference model trained with Horovod's DistributedOptimizer.
 
 Ranks are started by exatrain (srun, torchrun, `exatrain train --nproc`), Horovod is initialised from
-exatrain's environment (distributed/horovod_setup.py). Rank 0's parameters and optimizer state are
+exatrain's environment (engines/horovod/setup.py). Rank 0's parameters and optimizer state are
 broadcast, gradients are averaged by Horovod's allreduce after the last micro-batch of a step
 (backward_passes_per_step), then clipped and stepped here. Checkpoints are exatrain's own (DCP) of the
 unwrapped model and the optimizer.
@@ -15,8 +15,8 @@ import torch
 
 import exatrain
 from exatrain.config import Config
-from exatrain.train.engine import Engine
-from exatrain.train.optim import build_optimizer, build_scheduler
+from exatrain.engines.base import Engine
+from exatrain.engines.optim import build_optimizer, build_scheduler
 
 
 class HorovodEngine(Engine):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from exatrain.errors import ExatrainError
 
 if TYPE_CHECKING:
-    from exatrain.launch.runner import Runner
+    from exatrain.slurm.runner import Runner
 
 #: Exit code of a run that checkpointed on a pre-timeout/preemption signal but could not requeue itself
 #: (no scontrol, e.g. inside a container): the generated batch script requeues the job on this code.
@@ -32,7 +32,7 @@ def agent_signals(handled: str) -> str:
 
 def requeue_job(job_id: str, runner: Runner | None = None) -> tuple[bool, str]:
     """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done, message)."""
-    from exatrain.launch.runner import CommandNotFound, SlurmRunner  # subprocess only where SLURM is really called
+    from exatrain.slurm.runner import CommandNotFound, SlurmRunner  # subprocess only where SLURM is really called
 
     try:
         r = (runner or SlurmRunner())(["scontrol", "requeue", job_id])

@@ -3,6 +3,6 @@
 Imports torch (lazily through `make_plan`'s modules); the CLI imports it only when the subcommand runs.
 """
 
-from exatrain.train.plan.planner import Plan, RankPlan, make_plan
+from exatrain.tools.plan.planner import Plan, RankPlan, make_plan
 
 __all__ = ["Plan", "RankPlan", "make_plan"]

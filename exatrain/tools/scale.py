@@ -54,7 +54,7 @@ def run_slurm_study(counts: list[int], out: Path, mode: str, global_batch: int, 
     """Submit one job per node count (OUT/nodes-N) with `exatrain submit`'s script, one after the other
     (each waits for the previous to end, so they never share the machine). Returns the run directories."""
     from exatrain.config import load_config
-    from exatrain.launch.submit import prepare, submit
+    from exatrain.slurm.submit import prepare, submit
 
     runs = []
     for n in counts:

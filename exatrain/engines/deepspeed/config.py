@@ -47,7 +47,7 @@ def generated_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
         "zero_optimization": {"stage": cfg.engine.zero_stage},
         "bf16": {"enabled": bool(bf16)},
         "fp16": {"enabled": False},
-        # exatrain turns it on for the one load of a universal checkpoint (checkpoint/deepspeed_universal.py)
+        # exatrain turns it on for the one load of a universal checkpoint (engines/deepspeed/universal.py)
         "checkpoint": {"load_universal": False},
         # exatrain's AdamW (torch.optim) under ZeRO: DeepSpeed lists only its own optimizers as tested
         "zero_allow_untested_optimizer": True,

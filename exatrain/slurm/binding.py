@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exatrain.launch.profiles import SiteProfile
-from exatrain.launch.spec import JobSpec
+from exatrain.slurm.profiles import SiteProfile
+from exatrain.slurm.spec import JobSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Site profiles: what a cluster's nodes look like and how jobs should be wired there, as TOML data files.
 
-Bundled profiles live in ``exatrain/launch/profiles/<name>.toml``; a user copies one, edits it and passes
+Bundled profiles live in ``exatrain/slurm/profiles/<name>.toml``; a user copies one, edits it and passes
 its path instead of the name. Never imports torch and never reads cluster environment variables.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from exatrain.config.load import read_toml
 from exatrain.errors import ConfigError
-from exatrain.launch.timefmt import parse_slurm_time
+from exatrain.slurm.timefmt import parse_slurm_time
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 VENDORS = ("nvidia", "amd", "none")
@@ -32,7 +32,7 @@ def _f(help: str, default: Any = None):
 
 @dataclass(frozen=True)
 class BillingRule:
-    """How one group of partitions charges a job (see exatrain.launch.billing)."""
+    """How one group of partitions charges a job (see exatrain.slurm.billing)."""
 
     rule: str = _f("Kind: " + ", ".join(RULES) + ".")
     partitions: tuple[str, ...] = _f("Partitions it applies to; empty = every partition without its own rule.", ())
@@ -77,7 +77,7 @@ class SiteProfile:
     container_runtime: str = _f("singularity or apptainer (command and *ENV_ prefix).")
     comm_env: tuple[tuple[str, str], ...] = _f("Communication presets exported in every job, sorted by name.")
     caches: tuple[tuple[str, str], ...] = _f("Cache variable -> sub-directory of the node-local cache dir.")
-    billing: tuple[BillingRule, ...] = _f("Billing rules, tried in order (see exatrain.launch.billing).")
+    billing: tuple[BillingRule, ...] = _f("Billing rules, tried in order (see exatrain.slurm.billing).")
     gpu_memory_gb: float = _f("Memory of one GPU in GiB (LUMI: one MI250X GCD); 0 = unknown. Used by `exatrain plan`.", 0.0)
     partitions: tuple[Partition, ...] = _f("[[partitions]] tables: limits and allocation mode of known partitions.", ())
     container_binds: tuple[str, ...] = _f("Host paths every container must see (LUMI: the Slingshot/CXI libraries "

@@ -8,11 +8,11 @@ group, and each rank gets the HOROVOD_* variables horovodrun would have set.
 
 from __future__ import annotations
 
-import os
 import socket
 
 import torch.distributed as dist
 
+from exatrain.distributed.variables import set_variables
 from exatrain.errors import ExatrainError
 
 
@@ -44,16 +44,16 @@ def init_horovod(ctx):
     port = [_start_rendezvous(ranks, hosts) if env.global_rank == 0 else None]
     if grouped:
         dist.broadcast_object_list(port, src=0)
-    os.environ.update({
+    set_variables({"HOROVOD_CPU_OPERATIONS": "gloo"}, overwrite=False)
+    set_variables({
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": env.main_address if len(hosts) > 1 else "127.0.0.1",
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]), "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": os.environ.get("HOROVOD_CPU_OPERATIONS", "gloo"),
         "HOROVOD_HOSTNAME": me[0], "HOROVOD_RANK": str(env.global_rank), "HOROVOD_SIZE": str(env.world_size),
         "HOROVOD_LOCAL_RANK": str(env.local_rank), "HOROVOD_LOCAL_SIZE": str(env.local_world_size),
         "HOROVOD_CROSS_RANK": str(hosts.index(me[0])), "HOROVOD_CROSS_SIZE": str(len(hosts)),
     })
     if len(hosts) == 1:
-        os.environ.setdefault("HOROVOD_GLOO_IFACE", "lo")
+        set_variables({"HOROVOD_GLOO_IFACE": "lo"}, overwrite=False)
     hvd.init()
     return hvd
 

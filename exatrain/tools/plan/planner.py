@@ -2,8 +2,8 @@
 
 Per representative rank (rank 0 of each pipeline rank's group) the plan reports the MEASURED local shard
 bytes of the parameters (from the DTensors of the real layout, built on the meta device under a fake
-process group; see exatrain.train.plan.layout), gradients and AdamW state derived from them, transient buffers
-of FSDP/DDP, and an activation ESTIMATE per microbatch (formula in exatrain.train.plan.memory), with a verdict
+process group; see exatrain.tools.plan.layout), gradients and AdamW state derived from them, transient buffers
+of FSDP/DDP, and an activation ESTIMATE per microbatch (formula in exatrain.tools.plan.memory), with a verdict
 against a GPU memory size.
 """
 
@@ -16,8 +16,8 @@ from exatrain.config import Config
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
-from exatrain.train.plan import memory
-from exatrain.train.plan.layout import RankShards, measure_rank, representative_ranks
+from exatrain.tools.plan import memory
+from exatrain.tools.plan.layout import RankShards, measure_rank, representative_ranks
 from exatrain.train.preflight import preflight
 
 MAX_WORLD_SIZE = 16384  # the largest layout the plan is tested on (tests/unit/test_plan.py)
