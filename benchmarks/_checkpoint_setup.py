@@ -20,7 +20,7 @@ from benchmarks.ranks import run_on_ranks
 from exatrain.config import load_config
 from exatrain.distributed import all_gather_objects, barrier, init_distributed, is_root, teardown
 from exatrain.tools.plan.layout import local_state_bytes
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 
 

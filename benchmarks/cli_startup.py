@@ -1,6 +1,6 @@
 """Start-up time of the torch-free CLI paths against `python -c pass`, measured in the same run.
 
-`exatrain --help`, `exatrain sbatch job.toml` and `exatrain cost job.toml` must stay well under 0.3 s on a
+`exatrain --help`, `exatrain sbatch -c job.toml` and `exatrain cost -c job.toml` must stay well under 0.3 s on a
 login node: `env/` and `launch/` never import torch. Each command runs `--reps` times, interleaved with
 the baseline (base, A, B, C, base, A, ...) so machine noise hits all alike; reported are median wall
 times, the time over the bare interpreter, and the ratio to it. Fails (exit 1) when a path imports
@@ -34,7 +34,7 @@ def commands(job: str) -> dict[str, list[str]]:
     """The measured command lines (the interpreter baseline first)."""
     cli = [sys.executable, "-m", "exatrain.cli.main"]
     return {"python -c pass": [sys.executable, "-c", "pass"], "exatrain --help": [*cli, "--help"],
-            "exatrain sbatch job.toml": [*cli, "sbatch", job], "exatrain cost job.toml": [*cli, "cost", job]}
+            "exatrain sbatch -c job.toml": [*cli, "sbatch", job], "exatrain cost -c job.toml": [*cli, "cost", job]}
 
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:

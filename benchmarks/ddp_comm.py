@@ -61,7 +61,7 @@ def worker(a, env):
     import torch
 
     from exatrain.distributed import all_gather_objects, init_distributed, teardown
-    from exatrain.train.run import prepare_data
+    from exatrain.train.entry import prepare_data
     from exatrain.train.trainer import Trainer
 
     torch.set_num_threads(1)  # 2 ranks on 2 cores: more threads oversubscribe (torch-cpu-facts.md)

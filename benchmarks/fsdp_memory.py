@@ -41,7 +41,7 @@ def measure(cfg, ctx):
     """The layout as the trainer builds it; one optimizer step (AdamW state exists) and a second
     forward/backward (gradients exist): this rank's parameter + gradient + optimizer-state bytes."""
     from exatrain.tools.plan.layout import local_state_bytes
-    from exatrain.train.run import prepare_data
+    from exatrain.train.entry import prepare_data
     from exatrain.train.trainer import Trainer
 
     trainer = Trainer(cfg, ctx, prepare_data(cfg))

@@ -83,7 +83,7 @@ def exatrain_side(size, a, device, full_state, batch):
     import torch
 
     import exatrain
-    from exatrain.train.engine import DataParallelEngine
+    from exatrain.train.data_parallel_engine import DataParallelEngine
     from exatrain.train.model_layout import apply_layout, lm_from_config
     from exatrain.engines.optim import build_optimizer, build_scheduler
 

@@ -28,7 +28,7 @@ from exatrain.observe.gpu_monitor import GpuMonitor
 from exatrain.observe.metrics import MetricsFanout, MetricsLog
 from exatrain.observe.step_metrics import StepMetrics
 from exatrain.observe.tensorboard import TensorBoardLog, tensorboard_available
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 
 

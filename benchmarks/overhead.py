@@ -29,7 +29,7 @@ from exatrain.distributed import init_distributed, seed_everything
 from exatrain.env import detect_environment
 from exatrain.models.transformer import build_model
 from exatrain.engines.optim import build_optimizer, build_scheduler
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 
 

@@ -19,7 +19,7 @@ def run_on_ranks(module: str, argv: list[str], a, data_config, worker) -> int:
         return 0
     if data_config is None:
         return launch_local(a.nproc, module, argv)
-    from exatrain.train.run import prepare_data
+    from exatrain.train.entry import prepare_data
 
     with tempfile.TemporaryDirectory() as tmp:
         a.run_dir = tmp

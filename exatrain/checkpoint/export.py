@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from exatrain.checkpoint.checks import require_match
+from exatrain.checkpoint.compatibility import require_match
 from exatrain.checkpoint.store import MARKER, is_complete
 from exatrain.errors import ExatrainError
 

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from exatrain.checkpoint.checks import checkpoint_model_shapes, model_shapes, read_metadata, require_shapes
+from exatrain.checkpoint.compatibility import checkpoint_model_shapes, model_shapes, read_metadata, require_shapes
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
 from exatrain.checkpoint.writer import checkpoint_writer

@@ -2,7 +2,7 @@
 
 The files stay in DCP's own format (a torch.save record per tensor, fsync'ed), so DCP's FileSystemReader,
 `dcp_to_torch_save` and `exatrain checkpoint export` read them unchanged. Three things differ from the
-default writer, each measured in docs/performance.md:
+default writer, each measured in benchmarks/RESULTS.md:
 
 - torch.save's CRC-32 of each record is off while DCP writes. It cost as much CPU as the rest of the
   serialisation (147 MiB on one core: 156 vs 80 ms), and neither torch.load nor DCP's reader checks it.

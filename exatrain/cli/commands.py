@@ -43,7 +43,7 @@ def cmd_train(args, overrides: list[str]) -> int:
 
 
 def _train_here(cfg) -> int:
-    from exatrain.train.run import run_training
+    from exatrain.train.entry import run_training
 
     summary = run_training(cfg)
     return summary.get("exit_code", 0)
@@ -61,7 +61,7 @@ def cmd_run(args, extra: list[str]) -> int:
     from exatrain.launch import run as runner
 
     target = runner.check_target(_run_target(args.target))
-    profile = _run_profile(args.profile)
+    profile = _run_profile(args.site)
     suffix = args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
     env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
                              master_port=args.master_port)
@@ -172,14 +172,9 @@ def _prepared(args, overrides: list[str]):
 
 
 def cmd_sbatch(args, overrides: list[str]) -> int:
-    """Print the job script exactly as `submit` would write it (and say if its output directory is missing)."""
-    job = _prepared(args, overrides)
-    print(job.script, end="")
-    folder = Path(job.output_paths("0")[0]).parent
-    if not folder.is_dir():
-        print(f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
-              "submitting this script by hand, or use `exatrain submit`", file=sys.stderr)
-    return 0
+    """`exatrain sbatch` is `exatrain submit --dry-run`: the job script on stdout, the sbatch command on stderr."""
+    args.dry_run, args.test_only = True, False
+    return cmd_submit(args, overrides)
 
 
 def cmd_cost(args, overrides: list[str]) -> int:
@@ -207,6 +202,10 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
         print(job.script, end="")
         print(f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
               f"then run: {shlex.join(['sbatch', '--parsable', str(job.script_path)])}", file=sys.stderr)
+        folder = Path(job.output_paths("0")[0]).parent
+        if not folder.is_dir():
+            print(f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
+                  "submitting this script by hand, or use `exatrain submit`", file=sys.stderr)
         return 0
     if args.test_only:
         print(f"SLURM would accept it: {check_schedulable(job, runner)}")
@@ -253,7 +252,7 @@ def cmd_doctor(args, extra: list[str]) -> int:
         return doctor_here(env, args)
     with tempfile.TemporaryDirectory(prefix="exatrain-doctor-") as verdicts:
         forwarded = ["doctor", f"--max-size={args.max_size}", f"--iters={args.iters}", f"--device={args.device}",
-                     f"--timeout={args.timeout}", f"--profile={args.profile}", f"--cache-dir={args.cache_dir}",
+                     f"--timeout={args.timeout}", f"--site={args.site}", f"--cache-dir={args.cache_dir}",
                      f"--nccl-log={args.nccl_log}", f"--nccl-log-dir={args.nccl_log_dir}", f"--verdict-dir={verdicts}"]
         return _doctor_verdict(verdicts, nproc, launch_local(nproc, "exatrain.cli.main", forwarded))
 
@@ -277,10 +276,10 @@ def cmd_scale(args, overrides: list[str]) -> int:
     if args.nodes:
         from exatrain.slurm.runner import SlurmRunner
 
-        run_slurm_study(parse_counts(args.nodes, "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
+        run_slurm_study(parse_counts(",".join(args.nodes), "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
                         SlurmRunner())
     else:
-        run_study(parse_counts(args.nproc), out, args.mode, cfg.train.global_batch_size, config, overrides)
+        run_study(parse_counts(",".join(args.nproc)), out, args.mode, cfg.train.global_batch_size, config, overrides)
     return _report([str(out)], out / "report.html")
 
 
@@ -310,7 +309,7 @@ def cmd_monitor(args, extra: list[str], runner=None) -> int:
 def cmd_plan(args, overrides: list[str]) -> int:
     """Validate the layout for --world-size ranks in this process and print memory per GPU."""
     from exatrain.tools.plan import make_plan
-    from exatrain.tools.plan.report import print_plan, to_json
+    from exatrain.tools.plan.render import print_plan, to_json
 
     cfg = load_config(args.config, overrides)
     gpu_gb = args.gpu_memory_gb

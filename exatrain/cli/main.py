@@ -11,14 +11,15 @@ from exatrain.errors import ExatrainError
 
 def build_parser() -> argparse.ArgumentParser:
     """All subcommands and their flags (config keys are passed as --section.key=value overrides)."""
-    p = argparse.ArgumentParser(prog="exatrain", allow_abbrev=False,
+    p = argparse.ArgumentParser(prog="exatrain", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                usage="exatrain [-h] [--version] COMMAND ...",
                                 description="PyTorch training from one CPU to thousands of GPUs on SLURM clusters.")
     p.add_argument("--version", action="version", version=f"exatrain {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
 
     t = sub.add_parser("train", allow_abbrev=False, help="train the reference LM (here, under torchrun, srun or mpirun)",
                        epilog="Any --section.key=value sets a config value, e.g. --train.steps=100 --model.size=small.")
-    t.add_argument("--config", help="TOML configuration file")
+    t.add_argument("-c", "--config", help="TOML configuration file")
     t.add_argument("--nproc", type=int, default=None,
                    help="local worker processes when started outside a launcher (default: GPUs on this node, else 2)")
     t.add_argument("--affinity", choices=["warn", "strict", "off"],
@@ -32,10 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("env", allow_abbrev=False, help="show the detected cluster environment of this process")
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    e.add_argument("--config", help="TOML configuration file (its [dist] section applies)")
+    e.add_argument("-c", "--config", help="TOML configuration file (its [dist] section applies)")
 
     c = sub.add_parser("config", allow_abbrev=False, help="print the resolved configuration, or the reference")
-    c.add_argument("--config", help="TOML configuration file")
+    c.add_argument("-c", "--config", help="TOML configuration file")
     c.add_argument("--reference", action="store_true", help="print every key with its type, default and meaning")
 
     d = sub.add_parser("data", allow_abbrev=False, help="prepare datasets")
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", allow_abbrev=False,
                         help="check a parallel layout for N ranks in one process and estimate memory per GPU",
                         epilog="Any --section.key=value sets a config value, e.g. --parallel.tp=8 --model.size=xl.")
-    pl.add_argument("--config", help="TOML configuration file")
+    pl.add_argument("-c", "--config", help="TOML configuration file")
     pl.add_argument("--world-size", type=int, required=True, help="ranks (GPUs) of the job, up to 16384")
     gpu = pl.add_mutually_exclusive_group()
     gpu.add_argument("--gpu-memory-gb", type=float, help="memory of one GPU in GiB for the verdict")
@@ -64,7 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("checkpoint", help="a RUN_DIR/checkpoints/step-N folder")
     ex.add_argument("output", help="file to write, e.g. model.pt")
     _add_job_commands(sub)
+    p.epilog = _grouped_commands(sub)
     return p
+
+
+#: `exatrain --help` lists the commands in these groups, as git and kubectl do
+COMMAND_GROUPS = {
+    "train and run": ["train", "run"],
+    "jobs on a SLURM cluster": ["submit", "sbatch", "cost", "status", "cancel", "monitor"],
+    "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report"],
+    "data and checkpoints": ["data", "checkpoint"],
+}
+
+
+def _grouped_commands(sub) -> str:
+    """The commands with their one-line help, grouped (COMMAND_GROUPS), for the top-level --help."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    missing = sorted(set(helps) - {c for names in COMMAND_GROUPS.values() for c in names})
+    assert not missing, f"commands missing from COMMAND_GROUPS: {missing}"
+    width = max(map(len, helps)) + 2
+    lines = []
+    for group, names in COMMAND_GROUPS.items():
+        lines += [f"{group}:", *(f"  {n:<{width}}{helps[n]}" for n in names), ""]
+    return "\n".join(lines) + "Run `exatrain COMMAND --help` for a command's options."
 
 
 RUN_USAGE = "exatrain run [OPTIONS] [--] SCRIPT.py [ARGS...]  |  exatrain run [OPTIONS] -m MODULE [ARGS...]"
@@ -83,8 +106,8 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
                        help="local workers when started outside a launcher (default: GPUs on this node, else 2)"),
         r.add_argument("--max-restarts", type=int, default=0,
                        help="with --nproc: let torchrun's elastic agent restart the workers this often after a failure"),
-        r.add_argument("--profile", help="site profile (name or .toml path): its CPU masks for the affinity check "
-                                         "and its master suffix"),
+        r.add_argument("--site", help="site profile (name or .toml path): its CPU masks for the affinity check "
+                                      "and its master suffix"),
         r.add_argument("--master-suffix", help="appended to the derived master host name (JSC: i); default: the "
                                                "profile's"),
         r.add_argument("--master-port", type=int, help="rendezvous port (default: MASTER_PORT or one derived from "
@@ -115,12 +138,13 @@ def split_run_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[li
 def _add_job_commands(sub) -> None:
     """sbatch, cost, submit, status, cancel: SLURM jobs from the [job] section (torch-free paths)."""
     job_help = "TOML configuration file with a [job] section (any --section.key=value overrides it)"
-    s = sub.add_parser("sbatch", allow_abbrev=False, help="print the sbatch script of a job (writes nothing)")
+    s = sub.add_parser("sbatch", allow_abbrev=False, help="alias of `submit --dry-run`: print the job script and the "
+                       "sbatch command (writes nothing)")
     c = sub.add_parser("cost", allow_abbrev=False, help="estimate what a job costs under its site's billing rules")
     m = sub.add_parser("submit", allow_abbrev=False,
                        help="write the job script next to the run directory and submit it with sbatch")
     for parser in (s, c, m):
-        parser.add_argument("config", nargs="?", help=job_help)
+        _config_options(parser, job_help)
     for parser in (s, m):
         parser.add_argument("--array", action="append", metavar="KEY=V1,V2,...",
                             help="sweep as a job array: task i trains with the i-th value (in RUN_DIR/array-i); "
@@ -141,7 +165,8 @@ def _add_job_commands(sub) -> None:
     do.add_argument("--iters", type=int, default=5, help="timed all_reduce calls per size")
     do.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     do.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every rank to join")
-    do.add_argument("--profile", default="generic-nvidia", help="site profile for the CPU affinity masks")
+    do.add_argument("--site", default="generic-nvidia", help="site profile (name or .toml path) for the CPU "
+                                                              "affinity masks")
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
     do.add_argument("--nccl-log", default="",
                     help="an NCCL_DEBUG=INFO log of another job to tell NET/Socket from IB/OFI (the doctor's own "
@@ -153,10 +178,11 @@ def _add_job_commands(sub) -> None:
     sc = sub.add_parser("scale", allow_abbrev=False,
                         help="scaling study here: train at several local world sizes, then write the report",
                         epilog="Any --section.key=value sets a config value for every run, e.g. --train.steps=50.")
-    sc.add_argument("config", nargs="?", help="TOML configuration file (with a [job] section for --nodes)")
+    _config_options(sc, "TOML configuration file (with a [job] section for --nodes)")
     sizes = sc.add_mutually_exclusive_group(required=True)
-    sizes.add_argument("--nproc", help="local world sizes, e.g. 1,2,4")
-    sizes.add_argument("--nodes", help="node counts of a series of SLURM jobs (one after the other), e.g. 1,2,4,8")
+    sizes.add_argument("--nproc", action="append", help="local world sizes: 1,2,4 or --nproc 1 --nproc 2 ...")
+    sizes.add_argument("--nodes", action="append",
+                       help="node counts of a series of SLURM jobs (one after the other): 1,2,4,8 or repeated")
     sc.add_argument("--mode", choices=["strong", "weak"], default="strong",
                     help="strong: same global batch at every size; weak: same batch per rank")
     sc.add_argument("--out", default="runs/scale", help="folder of the study (one run directory per size)")
@@ -169,6 +195,43 @@ def _add_job_commands(sub) -> None:
     mo.add_argument("job_id", help="id of a RUNNING job")
     mo.add_argument("--interval", type=float, default=5.0, help="seconds between readings (default 5)")
     mo.add_argument("--once", action="store_true", help="print one table and exit")
+
+
+def _config_options(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """-c/--config FILE, and the older positional FILE (still accepted, with a note)."""
+    parser.add_argument("-c", "--config", help=help_text)
+    parser.add_argument("config_file", nargs="?", metavar="FILE", help="deprecated: use -c/--config FILE")
+
+
+#: command -> {old option: new option}; the old spelling still works for one release, with a note
+RENAMED_OPTIONS = {"run": {"--profile": "--site"}, "doctor": {"--profile": "--site"}}
+
+
+def _renamed(argv: list[str]) -> list[str]:
+    """Rewrite the renamed options of `argv`'s command to their new names, printing a note for each."""
+    renames = RENAMED_OPTIONS.get(argv[0] if argv else "", {})
+    out = []
+    for word in argv:
+        name, eq, value = word.partition("=")
+        if name in renames:
+            print(f"exatrain: note: {argv[0]} {name} is now {renames[name]}; the old name is accepted until the "
+                  "next release", file=sys.stderr)
+            word = renames[name] + eq + value
+        out.append(word)
+    return out
+
+
+def _resolve_config(args) -> None:
+    """The config file of a command that takes it as -c/--config or (deprecated) as its first word."""
+    positional = getattr(args, "config_file", None)
+    if positional is None:
+        return
+    if args.config:
+        raise ExatrainError(f"two config files given: {positional} and -c {args.config}",
+                            f"give one: exatrain {args.command} -c FILE")
+    print(f"exatrain: note: the config file as the first word of `exatrain {args.command}` is deprecated; "
+          f"write: exatrain {args.command} -c {positional}", file=sys.stderr)
+    args.config = positional
 
 
 def _overrides(extra: list[str]) -> list[str]:
@@ -186,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     target = None
     if argv[:1] == ["run"]:
         argv, target = split_run_argv(parser, argv)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_renamed(argv))
     args.target = target
     try:
+        _resolve_config(args)
         if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale"):
             extra = _overrides(extra)
         elif extra:

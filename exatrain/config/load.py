@@ -69,6 +69,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 def config_from_dict(data: dict[str, Any], source: str) -> Config:
     """Check parsed TOML tables (section -> key -> value) and build the Config; missing keys keep defaults."""
     known = sections()
+    data = _renamed_sections(data, source)
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(
@@ -82,6 +83,22 @@ def config_from_dict(data: dict[str, Any], source: str) -> Config:
             raise ConfigError(f"[{name}] in {source} must be a table", f"write it as [{name}] followed by key = value lines")
         built[name] = _build_section(name, cls, values, source)
     return Config(**built)
+
+
+#: old section name -> new one; the old name is still read, with a note, for one release
+RENAMED_SECTIONS = {"profile": "profiler"}
+
+
+def _renamed_sections(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Accept a renamed section under its old name (its keys merged under the new one), with a note."""
+    data = dict(data)
+    for old, new in RENAMED_SECTIONS.items():
+        if old in data:
+            print(f"exatrain: note: config section [{old}] in {source} is now [{new}] (--{new}.KEY=VALUE); "
+                  f"the old name is accepted until the next release", file=sys.stderr)
+            values = data.pop(old)
+            data[new] = {**values, **data.get(new, {})} if isinstance(values, dict) else values
+    return data
 
 
 def _build_section(name: str, cls: type, values: dict[str, Any], source: str):

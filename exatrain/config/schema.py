@@ -151,7 +151,7 @@ class ObserveConfig:
 
 
 @dataclass(frozen=True)
-class ProfileConfig:
+class ProfilerConfig:
     """torch.profiler traces of chosen ranks and steps (RUN_DIR/profile/); off unless `ranks` is set."""
 
     ranks: str = doc("", "Ranks to profile: a list like '0,last' or '0,3,5', 'every:K' (every K-th rank), 'all'; "
@@ -211,5 +211,5 @@ class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
-    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     job: JobConfig = field(default_factory=JobConfig)

@@ -1,7 +1,11 @@
 """CPU binding at start (exatrain.init, exatrain train). In torchrun mode each worker binds itself to its GPU's cores (one SLURM task
 holds all of a node's cores there, so srun cannot bind per GPU); then every rank compares its CPU affinity
 with the cores expected for it, rank 0 prints one table, and a mismatch warns (dist.affinity = warn) or
-fails the job (strict)."""
+fails the job (strict).
+
+Same concept as env/affinity.py, one layer apart: that module reads and compares masks (no torch); this one
+binds and reports at start.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, fields
 
 from exatrain.config import ParallelConfig
-from exatrain.config.checks import check_choice
+from exatrain.config.validate import check_choice
 from exatrain.errors import ConfigError
 
 DIM_ORDER = ("pp", "dp_replicate", "dp_shard", "tp")

@@ -6,6 +6,9 @@ Expected cores, in this order:
 2. else the cores of the NUMA node the rank's GPU hangs off (``/sys/bus/pci/devices/*/numa_node``);
 3. else nothing is expected and the rank is reported as unchecked.
 A rank is ``ok`` when its affinity equals the mask (1.) or lies within the NUMA node (2.).
+
+Same concept as distributed/affinity.py, one layer apart: this module reads and compares masks (no torch);
+that one binds and reports at start.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""A plain process: one rank on this machine (also the SLURM batch or salloc shell)."""
+"""A plain process: one rank on this machine (also the SLURM batch or salloc shell).
+
+Same concept as launch/local.py, one layer apart: this module describes a local run's environment; that one
+starts local workers.
+"""
 
 from __future__ import annotations
 

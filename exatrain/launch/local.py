@@ -1,6 +1,9 @@
 """Start N local worker processes through torchrun's elastic agent (`torch.distributed.run`).
 
 Never imports torch: the agent runs in a child process, so this module stays instant to import.
+
+Same concept as env/local.py, one layer apart: that module describes a local run's environment; this one
+starts local workers.
 """
 
 from __future__ import annotations

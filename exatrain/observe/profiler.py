@@ -1,6 +1,6 @@
 """Per-rank profiling: torch.profiler traces of chosen ranks and steps, rank-unique files in RUN_DIR/profile/.
 
-Configured by the [profile] section (ranks like "0,last", "every:4" or "all"; steps "A-B"); off when no
+Configured by the [profiler] section (ranks like "0,last", "every:4" or "all"; steps "A-B"); off when no
 rank is chosen, and then free: `begin`/`end` compare one integer. A trace is a Chrome trace JSON file
 (open it in https://ui.perfetto.dev or chrome://tracing); with memory_snapshot on a GPU, a CUDA memory
 snapshot pickle of the same steps sits next to it (https://pytorch.org/memory_viz).
@@ -15,7 +15,7 @@ from exatrain.errors import ConfigError
 
 
 def parse_ranks(spec: str, world_size: int) -> frozenset[int]:
-    """The ranks a `profile.ranks` value chooses: "" (none), "all", "every:K", or a list of ranks and "last"."""
+    """The ranks a `profiler.ranks` value chooses: "" (none), "all", "every:K", or a list of ranks and "last"."""
     spec = spec.strip()
     if not spec:
         return frozenset()
@@ -28,31 +28,31 @@ def parse_ranks(spec: str, world_size: int) -> frozenset[int]:
     for item in (s.strip() for s in spec.split(",")):
         r = world_size - 1 if item == "last" else _int(item, spec)
         if not 0 <= r < world_size:
-            raise ConfigError(f"profile.ranks={spec!r}: rank {r} does not exist in a job of {world_size} rank(s)",
+            raise ConfigError(f"profiler.ranks={spec!r}: rank {r} does not exist in a job of {world_size} rank(s)",
                               f"choose ranks from 0 to {world_size - 1} (or 'last')")
         ranks.add(r)
     return frozenset(ranks)
 
 
 def parse_steps(spec: str) -> tuple[int, int]:
-    """(first, last) optimizer steps of a `profile.steps` value "A-B" or "A" (1-based, inclusive)."""
+    """(first, last) optimizer steps of a `profiler.steps` value "A-B" or "A" (1-based, inclusive)."""
     first, _, last = spec.strip().partition("-")
-    a = _positive_int(first, spec, key="profile.steps")
-    b = _positive_int(last, spec, key="profile.steps") if last else a
+    a = _positive_int(first, spec, key="profiler.steps")
+    b = _positive_int(last, spec, key="profiler.steps") if last else a
     if b < a:
-        raise ConfigError(f"profile.steps={spec!r}: the last step is before the first", "write it as FIRST-LAST, e.g. 3-4")
+        raise ConfigError(f"profiler.steps={spec!r}: the last step is before the first", "write it as FIRST-LAST, e.g. 3-4")
     return a, b
 
 
-def _int(text: str, spec: str, key: str = "profile.ranks") -> int:
+def _int(text: str, spec: str, key: str = "profiler.ranks") -> int:
     try:
         return int(text)
     except ValueError:
         raise ConfigError(f"{key}={spec!r}: {text!r} is not a number",
-                          "use e.g. --profile.ranks=0,last or every:4 or all; --profile.steps=3-4") from None
+                          "use e.g. --profiler.ranks=0,last or every:4 or all; --profiler.steps=3-4") from None
 
 
-def _positive_int(text: str, spec: str, key: str = "profile.ranks") -> int:
+def _positive_int(text: str, spec: str, key: str = "profiler.ranks") -> int:
     n = _int(text, spec, key)
     if n < 1:
         raise ConfigError(f"{key}={spec!r}: {n} must be at least 1", "steps are 1-based; every:K needs K >= 1")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from exatrain.config.checks import check_choice
+from exatrain.config.validate import check_choice
 from exatrain.errors import ExatrainError
 
 

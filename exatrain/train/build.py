@@ -15,7 +15,7 @@ import torch
 import exatrain
 from exatrain.config import Config
 from exatrain.models.transformer import TransformerLM
-from exatrain.train.engine import DataParallelEngine
+from exatrain.train.data_parallel_engine import DataParallelEngine
 from exatrain.train.model_layout import apply_layout, lm_from_config
 from exatrain.train.pipeline_engine import build_pipeline_engine
 

@@ -1,4 +1,4 @@
-"""PipelineEngine: the engine (see train/engine.py) for layouts with pipeline parallelism (parallel.pp > 1).
+"""PipelineEngine: the engine (see train/data_parallel_engine.py) for layouts with pipeline parallelism (parallel.pp > 1).
 
 Each rank builds the model on the meta device, keeps only its pipeline stages (models.pipeline_split;
 looped assignment, several stages per rank for interleaved 1F1B), applies the layout's other dimensions
@@ -23,7 +23,7 @@ import exatrain
 from exatrain.config import Config
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.transformer import lm_loss
-from exatrain.engines.base import Engine
+from exatrain.engines.protocol import Engine
 from exatrain.train.model_layout import apply_layout, lm_from_config
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import exatrain
 from exatrain.config import Config
-from exatrain.config.checks import check_choice
+from exatrain.config.validate import check_choice
 from exatrain.engines.deepspeed.config import deepspeed_config
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError

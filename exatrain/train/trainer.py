@@ -30,7 +30,7 @@ from exatrain.engines.optim import build_optimizer, build_scheduler
 class Trainer:
     """Training of the reference LM on one rank of a job (or alone), in any parallel layout.
 
-    The layout (ParallelDims) decides the engine that runs forward/backward (see train/engine.py); data
+    The layout (ParallelDims) decides the engine that runs forward/backward (see train/data_parallel_engine.py); data
     is split over the data-parallel ranks only (tensor-parallel ranks of one group see the same batch).
     """
 
@@ -65,7 +65,7 @@ class Trainer:
                                 resume_step=self.step if resume is not None else None),
             TensorBoardLog(self.run_dir / "tensorboard", enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard)),
         )
-        p = cfg.profile
+        p = cfg.profiler
         self.profiler = StepProfiler(p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type,
                                      p.memory_snapshot)
         if resume is not None:

@@ -7,7 +7,7 @@ from exatrain.data import eval_batches
 from exatrain.models import configured_shape
 from exatrain.models.transformer import TransformerLM
 from exatrain.observe import read_metrics
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from tests.conftest import run_exatrain
 
 

@@ -127,8 +127,8 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(STAND_IN)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profile.ranks=last",
-                     "--profile.steps=2-3", "--observe.monitor_interval_s=0.1", *TRAIN,
+    r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profiler.ranks=last",
+                     "--profiler.steps=2-3", "--observe.monitor_interval_s=0.1", *TRAIN,
                      env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
@@ -150,7 +150,7 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     assert [s for s, _ in scalars["train/loss"]] == [2, 4, 5]
     assert [v for _, v in scalars["train/loss"]] == pytest.approx([records[s]["loss"] for s in (2, 4, 5)])
     assert [s for s, _ in scalars["eval/loss"]] == [5]
-    # --profile.ranks=last: one trace, of rank 1, a Chrome trace JSON with the optimizer's events
+    # --profiler.ranks=last: one trace, of rank 1, a Chrome trace JSON with the optimizer's events
     traces = list((sparse / "profile").iterdir())
     assert [t.name.split("-")[1] for t in traces] == ["rank00001"]
     assert json.loads(traces[0].read_text())["traceEvents"]

@@ -22,7 +22,7 @@ from exatrain.distributed import init_distributed, teardown
 from exatrain.distributed.parallelize import local_tensor
 from exatrain.tools.plan import make_plan
 from exatrain.tools.plan.layout import local_state_bytes
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 from tests.distributed.helpers import spawn
 

@@ -24,7 +24,7 @@ from tests.conftest import ROOT, clean_environment, run_exatrain
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = ROOT / "examples" / "horovod_own"
-COMMAND = ".venv/bin/exatrain run --nproc 2 examples/horovod_own/train.py"  # as README.md and the example's README say
+COMMAND = ".venv/bin/exatrain run --nproc 2 examples/horovod_own/train.py"  # as docs/own-code.md and the example's README say
 
 
 def _example():
@@ -59,7 +59,7 @@ def reference_losses(ex, epochs: int, samples: int, global_batch: int, lr: float
 
 
 def test_readmes_give_the_command_this_test_runs():
-    assert COMMAND in (ROOT / "README.md").read_text()
+    assert COMMAND in (ROOT / "docs" / "own-code.md").read_text()
     assert COMMAND in (EXAMPLE / "README.md").read_text()
 
 

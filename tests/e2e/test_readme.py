@@ -1,9 +1,10 @@
-"""The README's commands as a new user runs them.
+"""The commands of README.md and of every page of the documentation site (docs/**/*.md) as a new user runs them.
 
 - The main command (install, then `exatrain train` with no arguments) runs in full from the repository root.
-- EVERY other fenced ```bash block of README.md runs too, block by block (each in a fresh folder with `.venv`
-  and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; its ```toml blocks whose first
-  line is `# NAME.toml` written there as NAME.toml), so no documented command can rot. To keep CI short,
+- EVERY other fenced ```bash block of README.md and docs/ runs too, block by block (each in a fresh folder with
+  `.venv` and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; the ```toml
+  blocks of the same page whose first line is `# NAME.toml` written there as NAME.toml), so no documented
+  command can rot. To keep CI short,
   each `exatrain train` command gets FAST_TRAIN appended for every key it does not set itself (smaller
   windows and evaluations, and 6 steps unless the block names a checkpoint `step-N` of the documented
   step count); everything the command says itself stays as written. (Measured on a loaded 2-core machine:
@@ -28,17 +29,20 @@ FAST_TRAIN = {"--data.seq_len": "16", "--train.eval_batches": "2", "--train.eval
               "--train.log_every": "50"}
 BLOCK = re.compile(r"(<!-- not-in-ci: (?P<reason>.+?) -->\n)?```(?P<lang>bash|toml)\n(?P<body>.*?)\n```", re.S)
 HOW_TO_MARK = ("if this block cannot run in CI (SLURM cluster, internet data), put the line "
-               "`<!-- not-in-ci: REASON -->` directly above its ```bash fence in README.md")
+               "`<!-- not-in-ci: REASON -->` directly above its ```bash fence in its page")
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 
 
-def _blocks() -> list[dict]:
-    return [m.groupdict() for m in BLOCK.finditer((ROOT / "README.md").read_text())]
+def _blocks(page: str | None = None) -> list[dict]:
+    """The fenced bash/toml blocks of one page (or of every page), each with the page it is on."""
+    return [{**m.groupdict(), "page": name} for name in ([page] if page else PAGES)
+            for m in BLOCK.finditer((ROOT / name).read_text())]
 
 
-def _files() -> dict[str, str]:
-    """The README's ```toml blocks that name their file on the first line (`# run.toml`)."""
+def _files(page: str) -> dict[str, str]:
+    """The ```toml blocks of a page that name their file on the first line (`# run.toml`)."""
     found = {}
-    for b in _blocks():
+    for b in _blocks(page):
         first = b["body"].splitlines()[0]
         if b["lang"] == "toml" and re.fullmatch(r"# [\w.-]+\.toml", first):
             found[first[2:]] = b["body"] + "\n"
@@ -87,23 +91,24 @@ def test_every_bash_block_is_run_or_marked_with_a_reason():
     """The setup blocks are marked (one is run in full above, the other is CI itself); the rest is sorted
     into blocks that run below and blocks marked not-in-ci with a non-empty reason."""
     bash = [b for b in _blocks() if b["lang"] == "bash"]
-    assert len(bash) >= 8 and len(RUNNABLE) >= 5, "the README lost its commands, or this test its parser"
+    assert len(bash) >= 8 and len(RUNNABLE) >= 5, "the pages lost their commands, or this test its parser"
     assert all(b["reason"].strip() for b in bash if b["reason"] is not None)
-    assert [b["body"] for b in bash[:2] if b["reason"]] == [b["body"] for b in bash[:2]], \
+    readme = [b for b in bash if b["page"] == "README.md"]
+    assert [b["body"] for b in readme[:2] if b["reason"]] == [b["body"] for b in readme[:2]], \
         "the two setup commands are marked (run by test_main_command_..., and CI itself)"
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: _commands(b["body"])[0][:60])
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: f"{b['page']}:{_commands(b['body'])[0][:60]}")
 def test_readme_block_runs(block, tmp_path):
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "examples").symlink_to(ROOT / "examples")  # the examples' commands name them from the repository root
-    for name, text in _files().items():
+    for name, text in _files(block["page"]).items():
         (tmp_path / name).write_text(text)
     env = clean_environment(None)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     for command in _commands(block["body"]):
         run_as = _fast(command, block["body"])
         r = subprocess.run(["bash", "-c", run_as], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, (f"README command failed: {command}\n(run as: {run_as})\n"
+        assert r.returncode == 0, (f"{block['page']}: command failed: {command}\n(run as: {run_as})\n"
                                    f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}\nHINT: fix the command or the code; "
                                    f"{HOW_TO_MARK}")

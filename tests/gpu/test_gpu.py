@@ -22,7 +22,7 @@ from exatrain.config import load_config
 from exatrain.distributed import init_distributed
 from exatrain.env import detect_environment
 from exatrain.tools.plan import make_plan
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 
 pytestmark = pytest.mark.gpu

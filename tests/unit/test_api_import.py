@@ -51,6 +51,6 @@ print(code, seen, 'torch.distributed.pipelining' in sys.modules)
 def test_a_worker_without_pipeline_parallel_does_not_import_pipelining():
     """torch.distributed.pipelining pulls in torch._dynamo and torch.export (most of a second per worker):
     the trainer imports it only where a Pipeline is built."""
-    out = _run("import sys, exatrain.train.run, exatrain; exatrain.Pipeline; "
+    out = _run("import sys, exatrain.train.entry, exatrain; exatrain.Pipeline; "
                "print('torch.distributed.pipelining' in sys.modules)")
     assert out == "False"

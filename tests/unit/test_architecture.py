@@ -1,4 +1,4 @@
-"""The layer rules of the README's "Layout and tests" section, checked on the source (AST), so a change that
+"""The layer rules of docs/architecture.md ("Layout and tests"), checked on the source (AST), so a change that
 breaks them fails CI.
 
 - each package imports only from packages in its own layer or above (the order of LAYERS below);
@@ -146,7 +146,7 @@ def _environ_accesses(tree: ast.AST):
 def test_layer_rules(path):
     tree = ast.parse(path.read_text())
     pkg = _package(path)
-    assert pkg in LEVEL, (f"{pkg} is not in the layer table of this test (add it to LAYERS where README.md's "
+    assert pkg in LEVEL, (f"{pkg} is not in the layer table of this test (add it to LAYERS where docs/architecture.md's "
                           "\"Layout and tests\" section places it, and list it there)")
     for name in _imports(tree):
         parts = name.split(".")

@@ -67,11 +67,11 @@ def test_malformed_override():
         load_config(None, ["--steps=3"])
 
 
-def test_readme_reference_matches_the_code():
-    text = (ROOT / "README.md").read_text()
+def test_docs_reference_matches_the_code():
+    text = (ROOT / "docs" / "configuration.md").read_text()
     start = text.index("<!-- config-reference:start -->\n") + len("<!-- config-reference:start -->\n")
     end = text.index("<!-- config-reference:end -->")
-    assert text[start:end].strip() == reference().strip(), "regenerate with: .venv/bin/python scripts/update_readme_reference.py"
+    assert text[start:end].strip() == reference().strip(), "regenerate with: .venv/bin/python scripts/update_docs.py"
 
 
 def test_job_section_from_file_and_overrides(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from exatrain.distributed import nccl_debug
 from exatrain.errors import ConfigError
-from exatrain.tools.doctor import checks as doctor
+from exatrain.tools.doctor import probes as doctor
 
 # NVIDIA/nccl-tests#185: NCCL 2.19.3, its own IB transport over RoCE, no plugin
 IB_ROCE = """\

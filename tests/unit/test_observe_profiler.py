@@ -1,4 +1,4 @@
-"""Which ranks and steps [profile] chooses, and clear errors for bad values."""
+"""Which ranks and steps [profiler] chooses, and clear errors for bad values."""
 
 import pytest
 
@@ -20,14 +20,14 @@ def test_rank_choices():
 def test_bad_ranks_are_named(spec, words):
     with pytest.raises(ConfigError, match=words) as e:
         parse_ranks(spec, 8)
-    assert "profile.ranks" in str(e.value) and "HINT:" in str(e.value)
+    assert "profiler.ranks" in str(e.value) and "HINT:" in str(e.value)
 
 
 def test_steps():
     assert parse_steps("3-4") == (3, 4) and parse_steps("7") == (7, 7)
-    with pytest.raises(ConfigError, match="profile.steps='4-3'"):
+    with pytest.raises(ConfigError, match="profiler.steps='4-3'"):
         parse_steps("4-3")
-    with pytest.raises(ConfigError, match="profile.steps='0-2'"):
+    with pytest.raises(ConfigError, match="profiler.steps='0-2'"):
         parse_steps("0-2")
 
 

@@ -108,7 +108,7 @@ def test_checkpointing_and_tp_shrink_the_estimate():
     tp = memory.stage_activation_bytes(18, False, replace(spec, tp=8))
     sp = memory.stage_activation_bytes(18, False, replace(spec, tp=8, sequence_parallel=True))
     assert full < every < none
-    # bf16 under TP and SP: only the order. The bf16 terms were read off one H100 without TP (docs/performance.md;
+    # bf16 under TP and SP: only the order. The bf16 terms were read off one H100 without TP (benchmarks/RESULTS.md;
     # their split under TP/SP is assumed) and cannot be measured here: on the CPU, autocast's RMSNorm also keeps
     # its normalised input in fp32 (16 bytes per B*T*D per block where the H100 kept 8), so on 2 gloo ranks this
     # estimate is 0.78 (TP) and 0.86 (TP + SP) of the saved tensors (bf16 weight copies excluded)

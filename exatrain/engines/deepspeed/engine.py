@@ -6,6 +6,8 @@ accumulation, clipping and precision (a DeepSpeed JSON config generated from [tr
 DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
 at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load: exatrain.Checkpointer given
 the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (engines/deepspeed/checkpoints.py).
+
+Same role as engines/horovod/engine.py: each engine package has its engine.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch.distributed as dist
 import exatrain
 from exatrain.config import Config
 from exatrain.engines.deepspeed.config import deepspeed_config
-from exatrain.engines.base import Engine
+from exatrain.engines.protocol import Engine
 from exatrain.engines.optim import build_optimizer, build_scheduler
 
 

@@ -4,6 +4,8 @@ DeepSpeed's own launcher (`deepspeed`, pdsh/ssh between nodes) is never used: ex
 environment (srun, mpirun, torchrun, `exatrain run`, a plain process), joins the process group, and
 `deepspeed.init_distributed` wraps that existing group. Everything DeepSpeed does afterwards
 (`deepspeed.initialize`, ZeRO's collectives, checkpoints) runs on it.
+
+Same role as engines/horovod/setup.py: each engine package has its setup.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ exatrain's environment (engines/horovod/setup.py). Rank 0's parameters and optim
 broadcast, gradients are averaged by Horovod's allreduce after the last micro-batch of a step
 (backward_passes_per_step), then clipped and stepped here. Checkpoints are exatrain's own (DCP) of the
 unwrapped model and the optimizer.
+
+Same role as engines/deepspeed/engine.py: each engine package has its engine.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 
 import exatrain
 from exatrain.config import Config
-from exatrain.engines.base import Engine
+from exatrain.engines.protocol import Engine
 from exatrain.engines.optim import build_optimizer, build_scheduler
 
 

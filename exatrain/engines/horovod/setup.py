@@ -4,6 +4,8 @@ Horovod's gloo controller finds its peers through an HTTP rendezvous that `horov
 Here rank 0 hosts it (horovod.runner's RendezvousServer), the slot plan (rank, local rank, node index of
 every rank) comes from exatrain's detected environment, the server's port travels over exatrain's process
 group, and each rank gets the HOROVOD_* variables horovodrun would have set.
+
+Same role as engines/deepspeed/setup.py: each engine package has its setup.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
 from exatrain.errors import ConfigError, ExatrainError
-from exatrain.tools.doctor import checks as doctor
+from exatrain.tools.doctor import probes as doctor
 
 
 def doctor_here(env, args) -> int:
@@ -66,7 +66,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         raise ConfigError(f"--iters {args.iters}: the sweep needs at least one timed call per size", "use --iters 5")
     ctx = init_distributed(env, args.device, "auto", args.timeout)  # joining the group proves the master reachable
     try:
-        check_affinity(ctx, JobConfig(profile=args.profile) if args.profile else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
+        check_affinity(ctx, JobConfig(profile=args.site) if args.site else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
         caches = sorted({tempfile.gettempdir(), *(c for c in (args.cache_dir,) if c)})
         report = doctor.rank_report(ctx.rank, ctx.local_rank, ctx.env.local_world_size, ctx.device, caches)
         report["links"] = doctor.gpu_links() if ctx.local_rank == 0 else None

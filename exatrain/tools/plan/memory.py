@@ -22,7 +22,7 @@ tests/unit/test_plan.py, and of 2 real ranks under TP and TP + SP in tests/distr
 The embeddings keep only the token ids: their sum is block 0's residual input, counted in the block.
 
 Under bf16 autocast (GPU runs) it is not 18 x 2: MEASURED on an H100 (torch 2.11, benchmarks/gpu_memory.py,
-docs/performance.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept in
+benchmarks/RESULTS.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept in
 fp32 (2 x 4 bytes), and eager autocast casts the fp32 norm output to bf16 once per consumer (wq, wk, wv, w1:
 4 x 2 bytes); q, k, v, the attention output (wo's input is a view of it) and the MLP's 8 are bf16 (24 bytes):
 40 bytes per B*T*D. torch.compile'd blocks keep 34 (one cast per norm: 4; 22 in the sharded terms; that split

@@ -1,6 +1,6 @@
 """Engines: how one rank runs forward/backward of an optimizer step and an evaluation forward.
 
-The trainer only talks to an engine (the protocol in exatrain/engines/base.py), so a layout changes the
+The trainer only talks to an engine (the protocol in exatrain/engines/protocol.py), so a layout changes the
 engine, not the loop.
 
 `DataParallelEngine` covers every layout without pipeline parallel (single process, DDP, FSDP, HSDP,
@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 import exatrain
-from exatrain.engines.base import Engine
+from exatrain.engines.protocol import Engine
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
