@@ -129,7 +129,8 @@ def fsdp_side(size, a, device, full_state, batch):
     from torch.distributed.device_mesh import init_device_mesh
 
     from exatrain.distributed.grad_norm import clip_grad_norm_
-    from exatrain.distributed.parallelize import apply_compile, apply_fsdp, load_full_state_dict
+    from exatrain.distributed.parallelize import apply_compile, apply_fsdp
+    from exatrain.distributed.state_dict import load_full_state_dict
     from exatrain.models.transformer import build_model
     from exatrain.engines.optim import build_optimizer
 
@@ -139,7 +140,7 @@ def fsdp_side(size, a, device, full_state, batch):
     apply_compile(model.layers, a.compile_backend)
     mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("dp_shard",))
     apply_fsdp(model, model.layers, mesh, True, torch.bfloat16, False, pin_memory=device.type == "cuda")
-    load_full_state_dict(model, device, full_state)
+    load_full_state_dict(model, full_state, device)
     opt = build_optimizer(model, cfg.train)
     params = list(model.parameters())
 

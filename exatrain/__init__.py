@@ -14,7 +14,7 @@ Names are imported lazily (PEP 562): `import exatrain` stays cheap (no torch) un
 
 from __future__ import annotations
 
-import importlib
+from exatrain._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -51,14 +51,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'exatrain' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -116,7 +116,8 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
                        help="check this rank's CPU affinity against the cores expected for it (strict: fail)"),
     ]
     r.add_argument("--resolve-master", action="store_true", help="resolve the master host name to an IP address")
-    r.value_options = {s for action in value_options for s in action.option_strings}
+    # old spellings of value options (RENAMED_OPTIONS) take a value too
+    r.value_options = {s for action in value_options for s in action.option_strings} | set(RENAMED_OPTIONS["run"])
     return r
 
 

@@ -7,7 +7,7 @@ without paying for torch before its workers start.
 
 from __future__ import annotations
 
-import importlib
+from exatrain._lazy import lazy_exports
 
 #: name -> the submodule that defines it
 _EXPORTS = {
@@ -21,14 +21,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'exatrain.distributed' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from exatrain.config import JobConfig, ParallelConfig
+from exatrain.config import DistConfig, JobConfig, ParallelConfig
 from exatrain.distributed.affinity import bind_torchrun_worker, check_affinity
 from exatrain.distributed.collectives import print0
 from exatrain.distributed.parallel_dims import ParallelDims
@@ -96,7 +96,8 @@ def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, 
          affinity: str = "warn", profile: str | None = None, dp_shard: int = 1, dp_replicate: int = -1,
          tp: int = 1, quiet: bool = False, *, pp: int = 1, summary: bool | None = None, environ=None,
          master_suffix: str = "", resolve_master: bool = False, master_port: int | None = None,
-         job: JobConfig | None = None) -> Context:
+         job: JobConfig | None = None, parallel: ParallelConfig | None = None, dist: DistConfig | None = None
+         ) -> Context:
     """Set up this rank for distributed training and return its Context (see the module docstring).
 
     Works unchanged under srun, mpirun, torchrun, `exatrain run` and as a single plain process. `environ`
@@ -106,12 +107,18 @@ def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, 
     `job`: the [job] section the rank was submitted with (exatrain's trainer passes it): its launch mode and
     partition decide which CPU masks apply; in torchrun mode each worker binds itself to its GPU's mask here,
     before anything is allocated. Default: a job of `profile` (or the default profile).
+    `parallel`, `dist`: whole configuration sections ([parallel], [dist]) instead of their keywords (the
+    degrees; backend, timeout_s, affinity and the master options); given, they win over those keywords.
     """
+    if dist is not None:
+        backend, timeout_s, affinity = dist.backend, dist.timeout_s, dist.affinity
+        master_suffix, resolve_master, master_port = dist.master_suffix, dist.resolve_master, dist.master_port or None
+    parallel = parallel or ParallelConfig(dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, pp=pp)
     _check_not_active()
     _check_choice("affinity", affinity, ("warn", "strict", "off"))
     env = detect_environment(environ, master_suffix=master_suffix, resolve_master=resolve_master,
                              master_port=master_port)
-    dims = ParallelDims.from_config(ParallelConfig(dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, pp=pp), env.world_size)
+    dims = ParallelDims.from_config(parallel, env.world_size)
     job = job or (JobConfig(profile=profile) if profile else JobConfig())
     bound = bind_torchrun_worker(job, env.kind, env.local_rank, _uses_gpu(device))
     dist_ctx = init_distributed(env, device, backend, timeout_s)

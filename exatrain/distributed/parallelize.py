@@ -135,22 +135,6 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def load_full_state_dict(model: nn.Module, device: torch.device, full_state: dict) -> None:
-    """Materialise a meta-device (possibly sharded) model on `device` and fill it from a full, unsharded
-    state dict that every rank holds (e.g. a seeded plain model's): each rank copies out its own shards,
-    so every layout starts from exactly the weights of the single-process model, without communication.
-    Keys the module lacks (other pipeline stages' layers) are ignored."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    model.to_empty(device=device)
-    own = model.state_dict().keys()
-    state = {k: v for k, v in full_state.items() if k in own}
-    if any(isinstance(p, DTensor) for p in model.parameters()):
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
-    else:
-        model.load_state_dict(state)
-
-
 @torch.no_grad()
 def all_reduce_gradients(params, dp_mesh) -> None:
     """Average gradients over `dp_mesh`'s ranks with one collective on a flat buffer.

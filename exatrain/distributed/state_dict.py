@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
+from torch.distributed.tensor import DTensor
 
-from exatrain.distributed import parallelize as _layouts
 from exatrain.distributed.parallelize import full_tensor
 
 
@@ -37,4 +37,12 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor], devic
     communication). A model on the meta device (built without memory, then `exatrain.parallelize`d) is
     materialised on `device` first. Keys the model lacks are ignored (a pipeline stage takes its layers
     from the whole model's dict)."""
-    _layouts.load_full_state_dict(model, device, state)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model.to_empty(device=device)
+    own = model.state_dict().keys()
+    mine = {k: v for k, v in state.items() if k in own}
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        set_model_state_dict(model, mine, options=StateDictOptions(full_state_dict=True))
+    else:
+        model.load_state_dict(mine)

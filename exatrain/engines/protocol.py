@@ -27,6 +27,15 @@ from torch.distributed.tensor.parallel import loss_parallel
 class Engine:
     """What every engine shares: its model parts, autocast and the loss-parallel context."""
 
+    #: True when the engine's own step also clips, steps the optimizer and the schedule (DeepSpeed); the
+    #: trainer then does neither
+    steps_optimizer: bool = False
+
+    def checkpoint_model(self):
+        """What the Checkpointer saves for this engine: None for the trainer's model (exatrain's own DCP
+        checkpoints); an engine with its own checkpoint format returns the object that format saves."""
+        return None
+
     def __init__(self, model_parts: list[nn.Module], num_params: int, use_loss_parallel: bool,
                  autocast: Callable[[], contextlib.AbstractContextManager]):
         self.model_parts, self.num_params = model_parts, num_params

@@ -4,13 +4,11 @@
 Never imports torch at import time. Names are loaded on first use (PEP 562).
 """
 
-from importlib import import_module
+from exatrain._lazy import lazy_exports
 
 _WHERE = {"check_nproc": "local", "launch_local": "local", "torchrun_command": "local"}
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'exatrain.launch' has no attribute {name!r}")
-    return getattr(import_module(f"exatrain.launch.{_WHERE[name]}"), name)
+_EXPORTS = {name: f"exatrain.launch.{module}" for name, module in _WHERE.items()}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

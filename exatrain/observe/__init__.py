@@ -4,16 +4,12 @@ Between launch and distributed in the layer order: it may use torch.distributed 
 rank 0, but sets nothing up.
 """
 
-from exatrain.observe.metrics import MetricsLog, read_metrics, write_json
-from exatrain.observe.progress import Progress, ProgressReporter
+from exatrain._lazy import lazy_exports
 
-__all__ = ["MetricsLog", "Progress", "ProgressReporter", "StepMetrics", "read_metrics", "write_json"]
-
-
-def __getattr__(name: str):
-    # StepMetrics imports torch: loaded on first use only
-    if name == "StepMetrics":
-        from exatrain.observe.step_metrics import StepMetrics
-
-        return StepMetrics
-    raise AttributeError(f"module 'exatrain.observe' has no attribute {name!r}")
+_EXPORTS = {
+    **dict.fromkeys(["MetricsLog", "read_metrics", "write_json"], "exatrain.observe.metrics"),
+    **dict.fromkeys(["Progress", "ProgressReporter"], "exatrain.observe.progress"),
+    "StepMetrics": "exatrain.observe.step_metrics",  # imports torch: loaded on first use only
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,7 @@ Never imports torch, so submitting from a login node stays instant. Names are lo
 so `exatrain sbatch` pays only for the modules it needs.
 """
 
-from importlib import import_module
+from exatrain._lazy import lazy_exports
 
 _WHERE = {
     "CostEstimate": "billing", "estimate_cost": "billing",
@@ -16,7 +16,5 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'exatrain.slurm' has no attribute {name!r}")
-    return getattr(import_module(f"exatrain.slurm.{_WHERE[name]}"), name)
+_EXPORTS = {name: f"exatrain.slurm.{module}" for name, module in _WHERE.items()}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,9 +16,6 @@ def run_training(cfg: Config, environ=None) -> dict:
     Set up through the public API (exatrain.init), after the configuration was checked against the
     world size (a layout that cannot work fails before any process group is joined)."""
     preflight(cfg, detect_environment(environ, **cfg.dist.env_options()).world_size)
-    p, d = cfg.parallel, cfg.dist
-    with exatrain.init(device=cfg.train.device, backend=d.backend, timeout_s=d.timeout_s, seed=cfg.train.seed,
-                       affinity=d.affinity, profile=cfg.job.profile, dp_shard=p.dp_shard,
-                       dp_replicate=p.dp_replicate, tp=p.tp, pp=p.pp, summary=False, environ=environ,
-                       job=cfg.job, **d.env_options()) as ctx:
+    with exatrain.init(device=cfg.train.device, seed=cfg.train.seed, summary=False, environ=environ,
+                       parallel=cfg.parallel, dist=cfg.dist, job=cfg.job) as ctx:
         return Trainer(cfg, ctx, prepare_data(cfg)).fit()

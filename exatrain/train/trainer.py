@@ -50,7 +50,7 @@ class Trainer:
         self.model = self.engine.model_parts[0]
         # ranks of one data-parallel replica (TP, PP) draw the same dropout masks; replicas differ
         ctx.reseed()
-        if getattr(self.engine, "steps_optimizer", False):  # DeepSpeed: its engine owns optimizer and schedule
+        if self.engine.steps_optimizer:  # DeepSpeed: its engine owns optimizer and schedule
             self.optimizer, self.scheduler = self.engine.optimizer, self.engine.scheduler
         else:
             self.optimizer = build_optimizer(self.engine.model_parts, cfg.train)
@@ -86,7 +86,7 @@ class Trainer:
         """Set up checkpointing and resume if asked (or after a restart); returns the path resumed from."""
         c = self.cfg.checkpoint
         # a DeepSpeed engine is checkpointed by DeepSpeed's own save/load (ZeRO shards) in the same run layout
-        model = self.engine.ds if getattr(self.engine, "owns_checkpoints", False) else self.model
+        model = self.engine.checkpoint_model() or self.model
         self.checkpointer = exatrain.Checkpointer(
             self.run_dir, self.ctx, model=model, optimizer=self.optimizer, scheduler=self.scheduler,
             loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
@@ -128,7 +128,7 @@ class Trainer:
     def _optimizer_step(self) -> None:
         """Clip the gradients (if set), step the optimizer and the schedule, clear the gradients (DeepSpeed's
         engine did all of that in its train_step)."""
-        if getattr(self.engine, "steps_optimizer", False):
+        if self.engine.steps_optimizer:
             self.grad_norm = self.engine.grad_norm if self.cfg.train.grad_clip > 0 else None
             return
         if self.cfg.train.grad_clip > 0:

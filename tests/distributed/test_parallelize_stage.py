@@ -9,7 +9,8 @@ import torch
 from exatrain.config import load_config
 from exatrain.distributed import init_distributed, teardown
 from exatrain.distributed.parallel_dims import ParallelDims
-from exatrain.distributed.parallelize import load_full_state_dict, parallelize
+from exatrain.distributed.parallelize import parallelize
+from exatrain.distributed.state_dict import load_full_state_dict
 from exatrain.models.tp_plan import tp_plan
 from exatrain.models.transformer import build_model
 from tests.distributed.helpers import spawn
@@ -38,7 +39,7 @@ def _worker(rank, world, env, overrides):
         stage = build_model("tiny", 64, 16)
     del stage.output, stage.layers["1"]  # what a first pipeline stage of two keeps
     parallelize(stage, stage.layers, dims, cfg, tp_plan(stage.layers.keys()), "cpu")
-    load_full_state_dict(stage, torch.device("cpu"), ref.state_dict())
+    load_full_state_dict(stage, ref.state_dict(), torch.device("cpu"))
     full = ref.state_dict()
     for name, p in stage.state_dict().items():
         value = p.full_tensor() if hasattr(p, "full_tensor") else p

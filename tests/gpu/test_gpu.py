@@ -122,7 +122,8 @@ def test_fsdp2_bf16_params_fp32_reduce(nccl_group_of_one):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
-    from exatrain.distributed.parallelize import apply_fsdp, load_full_state_dict
+    from exatrain.distributed.parallelize import apply_fsdp
+    from exatrain.distributed.state_dict import load_full_state_dict
     from exatrain.models.transformer import build_model
     from exatrain.engines.optim import build_optimizer
 
@@ -132,7 +133,7 @@ def test_fsdp2_bf16_params_fp32_reduce(nccl_group_of_one):
         model = build_model("small", 512, 128)
     apply_fsdp(model, model.layers, init_device_mesh("cuda", (1,), mesh_dim_names=("dp_shard",)), True,
                torch.bfloat16, False)
-    load_full_state_dict(model, torch.device("cuda"), reference.state_dict())
+    load_full_state_dict(model, reference.state_dict(), torch.device("cuda"))
     seen = {}
     model.layers["1"].ffn.w1.register_forward_hook(lambda m, args, out: seen.update(weight=m.weight.dtype, out=out.dtype))
     x = torch.randint(512, (4, 128), device="cuda")

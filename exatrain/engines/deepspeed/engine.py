@@ -28,7 +28,6 @@ class DeepSpeedEngine(Engine):
     """One model per rank inside a DeepSpeed engine; `train_step` also steps the optimizer and schedule."""
 
     steps_optimizer = True  # the trainer neither clips nor steps: DeepSpeed does both
-    owns_checkpoints = True  # checkpoint `self.ds`: the Checkpointer then uses DeepSpeed's own save/load
 
     def __init__(self, cfg: Config, dims, ctx: exatrain.Context, reference: torch.nn.Module, bf16: bool):
         deepspeed = exatrain.attach_deepspeed(ctx, cfg.dist.timeout_s)  # a group of one for a single process
@@ -63,6 +62,10 @@ class DeepSpeedEngine(Engine):
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Mean token loss of one batch (ZeRO-3 gathers parameters in the forward as in training)."""
         return self.ds(x, y).float().item()
+
+    def checkpoint_model(self):
+        """DeepSpeed's engine: the Checkpointer uses DeepSpeed's own save/load (deepspeed/checkpoints.py)."""
+        return self.ds
 
     def train(self, mode: bool = True) -> None:
         """Dropout on (train) or off (eval)."""
