@@ -63,7 +63,7 @@ def test_accelerate_script_without_cpu_flag_is_warned_about(tmp_path):
     so before starting the workers (a script that only imports accelerate, so the check costs no run)."""
     script = tmp_path / "uses_accelerate.py"
     script.write_text("import sys\nif len(sys.argv) > 5:\n    import accelerate\n")
-    r = run_exatrain(["run", "--nproc", "2", str(script)], cwd=tmp_path, timeout=120)
+    r = run_exatrain(["run", "--nproc", "1", str(script)], cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "WARNING: this node has no GPU and ACCELERATE_USE_CPU is unset" in r.stderr
     assert "HINT: export ACCELERATE_USE_CPU=1" in r.stderr
