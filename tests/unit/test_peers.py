@@ -5,6 +5,7 @@ variables), so a Lightning release that changes the rule fails here."""
 
 import ast
 import os
+import re
 from importlib import metadata
 from unittest import mock
 
@@ -14,6 +15,7 @@ from packaging.requirements import Requirement
 from exatrain.env.peers import accelerate_cpu_problem, lightning_srun_problem
 from exatrain.errors import ExatrainError
 from exatrain.launch import peers
+from exatrain.slurm import JobSpec, bundled_profiles, load_profile, render_sbatch
 from tests.conftest import ROOT
 
 
@@ -147,3 +149,13 @@ def test_peers_in_the_test_extra_keep_the_installed_torch(package):
     torch_pins = [r for r in pins if r.name == "torch" and r.marker is None]
     assert torch_pins and all(r.specifier.contains(torch_release) for r in torch_pins)
     assert f'"{package}=={metadata.version(package)}"' in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("profile", bundled_profiles())
+def test_srun_mode_scripts_use_the_form_lightning_accepts(profile):
+    """docs/peers.md: the srun line `exatrain submit` writes names --ntasks-per-node, so SLURM_NTASKS_PER_NODE
+    is set in every task and Lightning's SLURMEnvironment accepts the step."""
+    spec = JobSpec(nodes=2, time="01:00:00", account="a", launch="srun", command=("python", "train.py"))
+    text = render_sbatch(spec, load_profile(profile), "runs/x")
+    steps = [line for line in text.splitlines() if line.startswith("srun ") and "--cpus-per-task" in line]
+    assert steps and all(re.search(r"--ntasks-per-node=\d+", line) for line in steps), text
