@@ -46,5 +46,5 @@ def accelerate_cpu_problem(environ: Mapping[str, str], gpus: int) -> str | None:
     """
     if gpus or environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "y", "yes", "t", "true", "on"):
         return None
-    return ("this node has no GPU and ACCELERATE_USE_CPU is unset: Accelerate then runs every rank as its own "
-            "world of one (DistributedType.NO) instead of one group over gloo")
+    return ("this node has no GPU and ACCELERATE_USE_CPU is unset: Accelerate then runs every rank as its "
+            "own world of one (DistributedType.NO) instead of one group over gloo")

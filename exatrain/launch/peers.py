@@ -104,8 +104,8 @@ def self_spawning_nproc(requested: int | None, script: str, line: int) -> tuple[
     if requested is None:
         return 1, f"{what}: running it once (--nproc 1); its processes form their own group"
     if requested > 1:
-        raise ExatrainError(f"{what}, and --nproc {requested} would start {requested} copies of it, each with "
-                            "its own world",
+        raise ExatrainError(f"{what}, and --nproc {requested} would start {requested} copies of it, each "
+                            "with its own world",
                             f"run it once: `exatrain run --nproc 1 {script}` (or `python {script}`); "
                             "or remove the spawn call and let exatrain start the ranks")
     return 1, None
@@ -114,9 +114,9 @@ def self_spawning_nproc(requested: int | None, script: str, line: int) -> tuple[
 def shared_store_error(script: str, line: int) -> ExatrainError:
     """The error for a self-spawning script in a torchrun worker whose agent shares its store with it: the
     spawned processes would join the agent's store (TORCHELASTIC_USE_AGENT_STORE) and wait there."""
-    return ExatrainError(f"{script} starts its own worker processes (torch.multiprocessing, line {line}) inside a "
-                         "torchrun worker whose agent shares its TCP store: those processes would wait in "
-                         "torchrun's store for a group that never forms (a hang)",
+    return ExatrainError(f"{script} starts its own worker processes (torch.multiprocessing, line {line}) "
+                         "inside a torchrun worker whose agent shares its TCP store: those processes would wait "
+                         "in torchrun's store for a group that never forms (a hang)",
                          f"start it once outside torchrun: `exatrain run --nproc 1 {script}` or `python "
                          f"{script}`; under torchrun export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 first "
                          "(then each spawned process group makes its own store)")
@@ -132,8 +132,8 @@ def peer_warnings(tree: ast.Module | None, environ, gpus: int, *, launched: bool
     problem = lightning_srun_problem(environ) if launched and uses_any(tree, LIGHTNING_PACKAGES) else None
     if problem:
         notes.append(f"WARNING: {problem}\nHINT: start the step with --ntasks-per-node (srun -N NODES "
-                     "--ntasks-per-node=TASKS exatrain run ...; scripts from `exatrain submit` do), or name the "
-                     "job `interactive` to make Lightning leave SLURM alone (docs/peers.md)")
+                     "--ntasks-per-node=TASKS exatrain run ...; scripts from `exatrain submit` do), or name "
+                     "the job `interactive` to make Lightning leave SLURM alone (docs/peers.md)")
     problem = accelerate_cpu_problem(environ, gpus) if uses_any(tree, ACCELERATE_PACKAGES) else None
     if problem:
         notes.append(f"WARNING: {problem}\nHINT: export ACCELERATE_USE_CPU=1 (what `accelerate launch --cpu` "

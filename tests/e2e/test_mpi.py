@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SCRIPT = ROOT / "tests" / "peer_scripts" / "mpi_ranks.py"
 FAKE_RSH = """#!/bin/sh
-# Open MPI's rsh agent stand-in: "agent [options] HOST COMMAND..." runs COMMAND here, in a UTS namespace named HOST
+# Open MPI's rsh agent stand-in: "agent [options] HOST COMMAND..." runs COMMAND here,
+# in a UTS namespace named HOST
 while [ "${1#-}" != "$1" ]; do shift; done
 host="$1"; shift
 exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$host" "$@"
@@ -57,7 +58,7 @@ def _outside_address() -> str | None:
 
 
 def _mpirun(tmp_path, args, master: str, nodes: bool):
-    """`mpirun ... python -m exatrain.cli.main ARGS` as root, MASTER_ADDR/MASTER_PORT exported to the ranks."""
+    """`mpirun ... python -m exatrain.cli.main ARGS` as root, MASTER_ADDR and MASTER_PORT exported."""
     env = clean_environment({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                              "OMP_NUM_THREADS": "1", "MASTER_ADDR": master, "MASTER_PORT": str(free_port())})
     where = ["-n", "4"]
@@ -65,8 +66,8 @@ def _mpirun(tmp_path, args, master: str, nodes: bool):
         agent = tmp_path / "fake-rsh"
         agent.write_text(FAKE_RSH)
         agent.chmod(0o755)
-        where = ["--mca", "plm_rsh_agent", str(agent), "--host", "127.0.0.2:2,127.0.0.3:2", "--map-by", "node",
-                 "-n", "4"]
+        where = ["--mca", "plm_rsh_agent", str(agent), "--host", "127.0.0.2:2,127.0.0.3:2",
+                 "--map-by", "node", "-n", "4"]
     cmd = [_mpirun_or_skip(), "--oversubscribe", *where, "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x",
            "OMP_NUM_THREADS", "-x", "PYTHONPATH", sys.executable, "-m", "exatrain.cli.main", *args]
     env["PYTHONPATH"] = str(ROOT)
@@ -99,7 +100,8 @@ def test_exatrain_run_under_mpirun(tmp_path, nodes):
     assert {x["seen"]["MASTER_ADDR"] for x in ranks} == {master}
     if nodes:
         assert [x["host"] for x in ranks] == ["127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.3"]
-    assert [(x["rank"], x["world_size"], x["sum_of_rank_plus_one"]) for x in ranks] == [(i, 4, 10.0) for i in range(4)]
+    assert [(x["rank"], x["world_size"], x["sum_of_rank_plus_one"]) for x in ranks] == [
+        (i, 4, 10.0) for i in range(4)]
 
 
 def test_exatrain_train_under_mpirun_map_by_node(tmp_path):

@@ -28,8 +28,10 @@ def accelerate_test_script() -> str:
 def check_accelerate_output(text: str, world: int) -> None:
     """Accelerate's test script prints each rank's state, then runs its own checks of gather, broadcast,
     split, RNG synchronisation and DDP training parity (each an assertion that fails the rank)."""
-    states = re.findall(r"Distributed environment: (\S+).*?\nNum processes: (\d+)\nProcess index: (\d+)", text)
-    assert sorted(states) == [("DistributedType.MULTI_CPU", str(world), str(r)) for r in range(world)], text[-3000:]
+    states = re.findall(r"Distributed environment: (\S+).*?\nNum processes: (\d+)\nProcess index: (\d+)",
+                        text)
+    expected = [("DistributedType.MULTI_CPU", str(world), str(r)) for r in range(world)]
+    assert sorted(states) == expected, text[-3000:]
     assert "All rng are properly synched." in text
     assert "Training yielded the same results on one CPU or distributed setup with batch split." in text
 

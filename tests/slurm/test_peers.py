@@ -59,7 +59,8 @@ def _command(name: str, out: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def jobs(slurm_cluster, tmp_path_factory):
-    """Submit the srun-mode job and the three torchrun-mode jobs, wait for all; {mode: (folder, state, log)}."""
+    """Submit the srun-mode job and the three torchrun-mode jobs, wait for all: {mode: (folder, state,
+    log)}."""
     tmp = tmp_path_factory.mktemp("peers")
     srun_dir = tmp / "srun"
     srun_dir.mkdir()
@@ -73,7 +74,8 @@ def jobs(slurm_cluster, tmp_path_factory):
         folder = tmp / f"torchrun-{name}"
         folder.mkdir()
         config = folder / "job.toml"
-        config.write_text(TORCHRUN_JOB.format(profile=profile, command=json.dumps(_command(name, folder / name))))
+        command = json.dumps(_command(name, folder / name))
+        config.write_text(TORCHRUN_JOB.format(profile=profile, command=command))
         r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={folder / 'run'}", cwd=folder)
         assert r.returncode == 0, r.stdout + r.stderr
         job = r.stdout.split("submitted job ")[1].split()[0]

@@ -1,6 +1,6 @@
-"""`exatrain run`'s reading of other frameworks' scripts (exatrain/launch/peers.py) and its statements of their
-rules (exatrain/env/peers.py): the self-spawn detection on the import forms PyTorch's tutorials use, and the
-Lightning srun rule compared with Lightning's own check (lightning 2.6's SLURMEnvironment, run on the same
+"""`exatrain run`'s reading of other frameworks' scripts (exatrain/launch/peers.py) and its statements of
+their rules (exatrain/env/peers.py): the self-spawn detection on the import forms PyTorch's tutorials use,
+and the Lightning srun rule compared with Lightning's own check (lightning 2.6's SLURMEnvironment, run on the same
 variables), so a Lightning release that changes the rule fails here."""
 
 import ast
@@ -54,15 +54,15 @@ def test_unreadable_scripts_detect_nothing(tmp_path):
 
 
 def test_imported_packages():
-    tree = _tree("import lightning as L\nfrom pytorch_lightning.strategies import DDPStrategy\nimport os.path\n"
-                 "from . import local\n\ndef f():\n    import accelerate\n")
+    tree = _tree("import lightning as L\nfrom pytorch_lightning.strategies import DDPStrategy\n"
+                 "import os.path\nfrom . import local\n\ndef f():\n    import accelerate\n")
     assert peers.imported_packages(tree) == {"lightning", "pytorch_lightning", "os", "accelerate"}
 
 
 def test_self_spawning_nproc():
     assert peers.self_spawning_nproc(None, "t.py", 7) == (
-        1, "t.py starts its own worker processes (torch.multiprocessing, line 7): running it once (--nproc 1); "
-           "its processes form their own group")
+        1, "t.py starts its own worker processes (torch.multiprocessing, line 7): running it once "
+           "(--nproc 1); its processes form their own group")
     assert peers.self_spawning_nproc(1, "t.py", 7) == (1, None)
     with pytest.raises(ExatrainError) as e:
         peers.self_spawning_nproc(4, "t.py", 7)
@@ -90,7 +90,8 @@ def _lightning_picks_slurm(environ: dict) -> bool:
 
 STEPS = {
     "srun -n 4 (no per-node count)": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "train"},
-    "srun --ntasks-per-node=2": {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NAME": "train"},
+    "srun --ntasks-per-node=2": {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
+                                 "SLURM_JOB_NAME": "train"},
     "one task": {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train"},
     "interactive job name": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "interactive"},
     "bash job name": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "bash"},
@@ -104,7 +105,7 @@ def test_lightning_srun_rule_is_lightnings(name):
     environ = STEPS[name]
     lightning_refuses = _lightning_picks_slurm(environ) and _lightning_refuses(environ)
     assert (lightning_srun_problem(environ) is not None) == lightning_refuses
-    assert lightning_refuses == (name == "srun -n 4 (no per-node count)")  # the table above means what it says
+    assert lightning_refuses == (name == "srun -n 4 (no per-node count)")  # the table means what it says
 
 
 def test_peer_warnings_name_the_fix():
@@ -112,7 +113,8 @@ def test_peer_warnings_name_the_fix():
     notes = peers.peer_warnings(lightning, STEPS["srun -n 4 (no per-node count)"], 0, launched=True)
     assert len(notes) == 1 and "SLURM_NTASKS_PER_NODE is unset" in notes[0] and "\nHINT: " in notes[0]
     assert peers.peer_warnings(lightning, STEPS["srun -n 4 (no per-node count)"], 0, launched=False) == []
-    assert peers.peer_warnings(_tree("import torch\n"), STEPS["srun -n 4 (no per-node count)"], 0, launched=True) == []
+    assert peers.peer_warnings(_tree("import torch\n"), STEPS["srun -n 4 (no per-node count)"], 0,
+                               launched=True) == []
     accelerate = _tree("from accelerate import Accelerator\n")
     assert "HINT: export ACCELERATE_USE_CPU=1" in peers.peer_warnings(accelerate, {}, 0, launched=False)[0]
     assert peers.peer_warnings(accelerate, {}, 4, launched=False) == []  # GPUs: Accelerate needs nothing
