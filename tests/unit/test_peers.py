@@ -1,7 +1,7 @@
 """`exatrain run`'s reading of other frameworks' scripts (exatrain/launch/peers.py) and its statements of
 their rules (exatrain/env/peers.py): the self-spawn detection on the import forms PyTorch's tutorials use,
-and the Lightning srun rule compared with Lightning's own check (lightning 2.6's SLURMEnvironment, run on the same
-variables), so a Lightning release that changes the rule fails here."""
+and the Lightning srun rule compared with Lightning's own check (lightning 2.6's SLURMEnvironment, run on
+the same variables), so a Lightning release that changes the rule fails here."""
 
 import ast
 import os
