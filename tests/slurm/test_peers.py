@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.test_peers import PEERS, accelerate_test_script, check_accelerate_output, check_lightning_ranks
 from tests.slurm.test_submit import PROFILE, ROOT, _exatrain
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.slurm
 
 SRUN_JOB = """#!/bin/bash
 #SBATCH --job-name=peers
