@@ -161,3 +161,10 @@ def test_srun_mode_scripts_use_the_form_lightning_accepts(profile):
     text = render_sbatch(spec, load_profile(profile), "runs/x")
     steps = [line for line in text.splitlines() if line.startswith("srun ") and "--cpus-per-task" in line]
     assert steps and all(re.search(r"--ntasks-per-node=\d+", line) for line in steps), text
+
+
+def test_agent_keeps_its_store_to_itself_for_self_spawning_scripts():
+    from exatrain.launch.local import agent_environment
+
+    assert agent_environment(0, base={}, own_store=True)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in agent_environment(0, base={})
