@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from exatrain.env.peers import accelerate_cpu_problem, lightning_srun_problem
 from exatrain.errors import ExatrainError
 
 _SPAWNERS = ("spawn", "start_processes")
@@ -126,8 +127,6 @@ def peer_warnings(tree: ast.Module | None, environ, gpus: int, *, launched: bool
     """Warnings (each with a HINT) for a Lightning or Accelerate script whose framework will refuse this
     launch or split its world. ``launched``: this process is a launcher's rank (srun, mpirun, torchrun),
     not the parent of local workers (whose workers are torchrun's, which Lightning accepts)."""
-    from exatrain.env.peers import accelerate_cpu_problem, lightning_srun_problem
-
     notes = []
     problem = lightning_srun_problem(environ) if launched and uses_any(tree, LIGHTNING_PACKAGES) else None
     if problem:
