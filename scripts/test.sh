@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Debian packages for the real SLURM cluster and headless Chromium for
-# the report page included; needs root)
+# Install everything the tests need (Debian packages for the real SLURM cluster, headless Chromium for the
+# report page and Open MPI for tests/e2e/test_mpi.py included; needs root)
 # and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PKGS="munge slurmctld slurmd slurm-client chromium"
+PKGS="munge slurmctld slurmd slurm-client chromium openmpi-bin"
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "test: installing Debian packages:" $missing

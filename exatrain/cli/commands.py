@@ -58,6 +58,8 @@ def _default_nproc() -> int:
 def cmd_run(args, extra: list[str]) -> int:
     """Run the user's script: as this launcher's rank (exec), or in --nproc local workers under torchrun's agent."""
     from exatrain.env import detect_environment
+    from exatrain.env.devices import count_node_gpus
+    from exatrain.launch import peers
     from exatrain.launch import run as runner
 
     target = runner.check_target(_run_target(args.target))
@@ -65,13 +67,16 @@ def cmd_run(args, extra: list[str]) -> int:
     suffix = args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
     env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
                              master_port=args.master_port)
+    tree = None if target.is_module else peers.parse_script(target.name)
     if env.kind == "local":
-        return _run_local(args, env, target)
+        return _run_local(args, env, target, tree)
     if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
         print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
               f"{env.world_size} rank(s)", file=sys.stderr)
     child_env, notes = runner.rank_environment(env, os.environ, masks=profile.cpu_masks if profile else (),
                                                affinity=args.affinity)
+    if env.global_rank == 0:
+        notes += peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=True)
     for note in notes:
         print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
     runner.exec_rank(target, child_env)
@@ -96,8 +101,9 @@ def _run_profile(name: str | None):
     return load_profile(name)
 
 
-def _run_local(args, env, target) -> int:
-    from exatrain.launch import check_nproc
+def _run_local(args, env, target, tree) -> int:
+    from exatrain.env.devices import count_node_gpus
+    from exatrain.launch import check_nproc, peers
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
     from exatrain.slurm.rank_command import SCRIPT_RUNNER
     from exatrain.launch.run import batch_shell_error
@@ -105,14 +111,21 @@ def _run_local(args, env, target) -> int:
     problem = batch_shell_error(env)
     if problem and args.nproc is None:
         raise problem
-    for note in env.notes:
-        print(f"exatrain: note: {note}", file=sys.stderr)
-    nproc = check_nproc(args.nproc if args.nproc is not None else _default_nproc())
+    notes = list(env.notes)
+    spawns = peers.spawn_line(tree)
+    requested = args.nproc
+    if spawns:  # one process, whose own children form the group (docs/peers.md)
+        requested, note = peers.self_spawning_nproc(args.nproc, target.name, spawns)
+        notes += [note] if note else []
+    nproc = check_nproc(requested if requested is not None else _default_nproc())
     check_max_restarts(args.max_restarts)
-    note = cores_note(nproc)
-    if note:
+    notes += [n for n in [cores_note(nproc)] if n]
+    for note in notes:
         print(f"exatrain: note: {note}", file=sys.stderr)
-    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts)
+    for warning in peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=False):
+        print(f"exatrain: {warning}", file=sys.stderr)
+    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts,
+                         own_store=bool(spawns))
 
 
 def cmd_env(args, overrides: list[str]) -> int:

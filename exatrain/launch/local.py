@@ -69,11 +69,15 @@ def cores_note(nproc: int) -> str | None:
             f"run is slow (fine for a smoke test; use --nproc {cores} or fewer to measure anything)")
 
 
-def agent_environment(max_restarts: int, base: dict[str, str] | None = None, nproc: int = 1) -> dict[str, str]:
+def agent_environment(max_restarts: int, base: dict[str, str] | None = None, nproc: int = 1,
+                      own_store: bool = False) -> dict[str, str]:
     """The agent's environment: this process's, plus what makes restarts reconnect when they are allowed,
-    plus OMP_NUM_THREADS for the workers (see threads_per_worker) unless the caller set it."""
+    plus OMP_NUM_THREADS for the workers (see threads_per_worker) unless the caller set it.
+
+    ``own_store``: the workers' process groups bring their own store (a script that starts its own processes:
+    shared, the agent's store would hold them waiting), so the agent keeps its store to itself too."""
     env = dict(os.environ if base is None else base)
-    if max_restarts > 0:
+    if max_restarts > 0 or own_store:
         env.update(RESTART_SAFE_AGENT_ENV)
     if nproc > 1 and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads_per_worker(nproc))
@@ -106,15 +110,15 @@ def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0
 
 
 def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "",
-                  run_dir: str | None = None) -> int:
+                  run_dir: str | None = None, own_store: bool = False) -> int:
     """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit code,
     or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
-    itself exits 1 then)."""
+    itself exits 1 then). ``own_store``: see agent_environment."""
     marker = Path(run_dir) / REQUEUE_MARKER if run_dir else None
     if marker:
         marker.unlink(missing_ok=True)
     command = agent_command(nproc, target, max_restarts, signals)
-    env = agent_environment(max_restarts, nproc=nproc)
+    env = agent_environment(max_restarts, nproc=nproc, own_store=own_store)
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         print(f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
               f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count", file=sys.stderr)

@@ -72,6 +72,25 @@ def bind(masks: tuple[str, ...], per_gpu: bool) -> None:
         print(f"exatrain: {result.note}", file=sys.stderr, flush=True)
 
 
+def refuse_spawning_in_shared_store(target: list[str]) -> None:
+    """Exit with an error (and a HINT) when the script starts its own processes inside a torchrun worker whose
+    agent shares its store: they would wait in that store for a group that never forms (`launch.peers`)."""
+    from exatrain.launch.peers import parse_script, shared_store_error, spawn_line
+
+    line = spawn_line(parse_script(target[0])) if target and target[0] != "-m" else None
+    if not line:
+        return
+    from exatrain.env import detect_environment
+    from exatrain.errors import ClusterEnvError
+
+    try:
+        env = detect_environment()
+    except ClusterEnvError:
+        return  # the script's own init reports it
+    if env.kind == "torchelastic" and env.launcher_hosts_store:
+        raise SystemExit(f"exatrain: error: {shared_store_error(target[0], line)}")
+
+
 def _not_bound(why: str) -> None:
     print(f"exatrain: not bound to a CPU mask: {why}", file=sys.stderr, flush=True)
 
@@ -156,6 +175,7 @@ def main() -> None:
     masks, per_gpu, target = parse_options(sys.argv[1:])
     if masks:
         bind(masks, per_gpu)
+    refuse_spawning_in_shared_store(target)
     try:
         run(target)
         code = 0
