@@ -5,6 +5,9 @@ started the process (TORCHELASTIC_RUN_ID), else SLURMEnvironment in any srun tas
 ``bash`` or ``interactive``. SLURMEnvironment then raises at start when the step has several tasks but no
 ``--ntasks-per-node`` (its ``_validate_srun_variables``, lightning 2.6: SLURM_NTASKS > 1 without
 SLURM_NTASKS_PER_NODE). This module states that rule on the variables, so `exatrain run` can say it first.
+
+Same concept as launch/peers.py, one layer apart: this module states the peers' rules on cluster
+variables (only env/ reads them); that one reads a user's script and applies them.
 """
 
 from __future__ import annotations

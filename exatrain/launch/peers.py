@@ -11,6 +11,9 @@
 
 Only the script's own file is read (``-m MODULE`` targets and imports inside other modules are not
 followed); a file that does not parse counts as "nothing detected" (python will report its error).
+
+Same concept as env/peers.py, one layer apart: that module states the peers' rules on cluster
+variables (only env/ reads them); this one reads a user's script and applies them.
 """
 
 from __future__ import annotations
