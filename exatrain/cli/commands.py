@@ -65,17 +65,34 @@ def cmd_run(args, extra: list[str]) -> int:
     suffix = args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
     env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
                              master_port=args.master_port)
+    hang_env = _hang_variables(args)
     if env.kind == "local":
-        return _run_local(args, env, target)
+        return _run_local(args, env, target, hang_env)
     if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
         print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
               f"{env.world_size} rank(s)", file=sys.stderr)
     child_env, notes = runner.rank_environment(env, os.environ, masks=profile.cpu_masks if profile else (),
                                                affinity=args.affinity)
+    child_env.update(hang_env)
     for note in notes:
         print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
     runner.exec_rank(target, child_env)
     return 0  # not reached: exec replaced this process
+
+
+def _hang_variables(args) -> dict[str, str]:
+    """The workers' variables for --hang-timeout (validated here, before anything starts)."""
+    if args.hang_timeout is None:
+        return {}
+    import time
+
+    from exatrain.config.checks import check_hang_timeout
+    from exatrain.env.watch import hang_variables, job_end_time
+
+    end = job_end_time()
+    left = None if end is None else end - time.time()
+    timeout = check_hang_timeout(args.hang_timeout, "--hang-timeout", left, "the time left of this SLURM job")
+    return hang_variables(timeout, str(Path(args.run_dir).resolve()))
 
 
 def _run_target(words: list[str] | None):
@@ -96,7 +113,7 @@ def _run_profile(name: str | None):
     return load_profile(name)
 
 
-def _run_local(args, env, target) -> int:
+def _run_local(args, env, target, hang_env: dict[str, str]) -> int:
     from exatrain.launch import check_nproc
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
     from exatrain.slurm.rank_command import SCRIPT_RUNNER
@@ -112,7 +129,8 @@ def _run_local(args, env, target) -> int:
     note = cores_note(nproc)
     if note:
         print(f"exatrain: note: {note}", file=sys.stderr)
-    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts)
+    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts,
+                         extra_env=hang_env)
 
 
 def cmd_env(args, overrides: list[str]) -> int:

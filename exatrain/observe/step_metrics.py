@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from exatrain.observe import heartbeat
 from exatrain.observe.flops import device_peak_flops
 
 #: the phases of a step, in the order records list them; host phases are waits measured with the host clock
@@ -75,6 +76,7 @@ class StepMetrics:
         """Time the block as phase `name` (data, forward_backward, optimizer, checkpoint) of this step."""
         if name not in PHASES:
             raise ValueError(f"phase {name!r}: expected one of {', '.join(PHASES)}")
+        heartbeat.mark(name)  # what the hang watcher reports as this rank's phase
         if self._events and name not in HOST_PHASES:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -93,6 +95,7 @@ class StepMetrics:
     @contextlib.contextmanager
     def paused(self):
         """Leave the block's time out of the window's wall time (e.g. an evaluation between steps)."""
+        heartbeat.mark("paused")
         t0 = time.perf_counter()
         try:
             yield
