@@ -192,7 +192,7 @@ def _pyspy_where(pid: int, out: Path) -> str | None:
     if not Path(exe).exists():
         return None
     try:
-        run = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
+        run = subprocess.run([exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)], capture_output=True, text=True,
                              timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None

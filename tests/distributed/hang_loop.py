@@ -1,6 +1,7 @@
 """A user's own loop on the public API for tests/distributed/test_hangs.py: 4 ranks, an all_reduce per step,
 `exatrain.step()` as the progress mark; rank STALL_RANK stalls at step STALL_STEP as argv[1] says:
-sleep (forever in the loop), sigstop (stops its own process), collective (waits in a recv nobody sends)."""
+sleep (forever in the loop), sigstop (stops its own process), collective (waits in a recv nobody sends),
+none (no stall). argv[2]: steps (default 30), argv[3]: seconds of work per step (default 0.05)."""
 
 import os
 import signal
@@ -27,13 +28,14 @@ def stall(how: str) -> None:
 
 def main() -> None:
     how, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    work_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
     with exatrain.init(quiet=True) as ctx:
         total = torch.zeros(1)
         for n in range(1, steps + 1):
             exatrain.step()
             if n == STALL_STEP and ctx.rank == STALL_RANK:
                 stall(how)
-            time.sleep(0.05)  # the step's work
+            time.sleep(work_s)  # the step's work
             t = torch.ones(1)
             dist.all_reduce(t)
             total += t
