@@ -153,7 +153,7 @@ class HangWatcher:
                 beat["where"] = _pyspy_where(beat["pid"], self._path("stacks", r, "txt"))
         self.diagnosis = diagnose(reports, stopped, self.world_size, self.timeout_s) + (
             f" Every rank's stacks: {self.dir}/stacks-rank-N.txt; this text: {self.run_dir / 'hang' / 'diagnosis.txt'}."
-            f" The job stops with exit code {EXIT_HANG}.")
+            f" The ranks exit with code {EXIT_HANG}: the launcher stops the job (or restarts it, with restarts allowed).")
         for path in (self.dir / "diagnosis.txt", self.run_dir / "hang" / "diagnosis.txt"):
             path.write_text(self.diagnosis + "\n")
         _say(self.diagnosis)

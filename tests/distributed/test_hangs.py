@@ -4,7 +4,7 @@ job ends with exit code 76, the diagnosis names rank 2 and the line where it sta
 ranks wait in the all_reduce rank 2 never entered, and every rank's stacks are on disk.
 
 The three runs (and a fourth, the slow-step warning) start together in one fixture so that their 20 s waits
-overlap; each test then checks its own run.
+overlap; each test then checks its own run. With --max-restarts the job restarts from its last checkpoint instead.
 """
 
 import json
@@ -18,18 +18,20 @@ from exatrain.errors import EXIT_HANG
 from tests.conftest import clean_environment
 
 SCRIPT = Path(__file__).with_name("hang_loop.py")
+RESTART_SCRIPT = Path(__file__).with_name("hang_restart_loop.py")
 STALLS = ("sleep", "sigstop", "collective")
 TIMEOUT_S = 20
 
 
-def _line_of(marker: str) -> int:
-    """The line of hang_loop.py that carries `marker` (where the stall happens)."""
-    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if marker in line)
+def _line_of(marker: str, script: Path = SCRIPT) -> int:
+    """The line of the script that carries `marker` (where the stall happens)."""
+    return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if marker in line)
 
 
-def _start(tmp: Path, name: str, nproc: int, timeout_s: float, args: list[str]) -> subprocess.Popen:
+def _start(tmp: Path, name: str, nproc: int, timeout_s: float, args: list[str], script: Path = SCRIPT,
+           options: tuple[str, ...] = ()) -> subprocess.Popen:
     command = [sys.executable, "-m", "exatrain.cli.main", "run", f"--nproc={nproc}", f"--hang-timeout={timeout_s}",
-               f"--run-dir={tmp / name}", str(SCRIPT), *args]
+               f"--run-dir={tmp / name}", *options, str(script), *args]
     return subprocess.Popen(command, cwd=tmp, env=clean_environment({"OMP_NUM_THREADS": "1"}), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -41,6 +43,9 @@ def runs(tmp_path_factory):
     procs = {how: _start(tmp, how, 4, TIMEOUT_S, [how]) for how in STALLS}
     # steps of 1.5 s against a 4 s timeout: warned about at the start, yet never taken for a hang
     procs["slow"] = _start(tmp, "slow", 2, 4, ["none", "5", "1.5"])
+    # restarts allowed: rank 1 of 2 sleeps at step 7 of the first attempt; checkpoints every 5 steps
+    procs["restart"] = _start(tmp, "restart", 2, 5, [str(tmp / "restart"), "12"], script=RESTART_SCRIPT,
+                              options=["--max-restarts=1"])
     results = {}
     try:
         for name, proc in procs.items():
@@ -85,3 +90,15 @@ def test_a_timeout_below_three_measured_steps_is_warned_about_not_taken_for_a_ha
     assert "finished 5 steps, total 10" in out
     assert "hang timeout 4 s is less than 3 measured steps" in err and "\nHINT: raise the hang timeout" in err
     assert not (run_dir / "hang" / "diagnosis.txt").exists()
+
+
+def test_with_restarts_the_job_resumes_from_the_last_checkpoint_and_loses_nothing(runs):
+    """--max-restarts 1: the hang's exit code makes torchrun's agent restart the workers; the script's
+    Checkpointer resumes at step 5 (its last checkpoint before the stall at step 7), and the running total
+    kept in the checkpoint ends as an uninterrupted run's: 2 ranks x (1 + ... + 12) = 156."""
+    code, out, err, run_dir = runs["restart"]
+    assert code == 0, out[-2000:] + err[-4000:]
+    diagnosis = (run_dir / "hang" / "attempt-0" / "diagnosis.txt").read_text()
+    assert "rank 1 (" in diagnosis and f"hang_restart_loop.py:{_line_of('STALL-LINE', RESTART_SCRIPT)} " in diagnosis
+    assert "attempt 1 ran steps 6-12, total 156" in out
+    assert not (run_dir / "hang" / "attempt-1" / "diagnosis.txt").exists()
