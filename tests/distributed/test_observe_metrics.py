@@ -104,6 +104,9 @@ def test_no_sync_between_log_steps_and_global_rates(tmp_path):
     assert rec["samples_per_s"] * rec["step_s"] * 3 == pytest.approx(2 * 5 * 3)
     assert rec["tokens_per_s"] == pytest.approx(rec["samples_per_s"] * 8)
     assert rec["slowest_rank"] == 1 and rec["rank_skew_s"] > 0
+    # the straggler by its data phase: >= 0.2 s more per step than the median rank (the lower one of 2)
+    assert rec["straggler_rank"] == 1 and rec["straggler_phase"] == "data" and rec["straggler_excess_s"] >= 0.2
+    assert rec["straggler_ratio"] == pytest.approx(rec["step_s"] / (rec["step_s"] - rec["straggler_excess_s"]))
     # the breakdown is the mean over ranks: rank 1 waits >= 0.2 s per step for data, rank 0 barely
     assert rec["time_data_s"] >= 0.1
     assert rec["mfu"] is None and rec["peak_mem_gib"] is None  # CPU: no peak FLOP/s, no device memory
