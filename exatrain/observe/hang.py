@@ -66,10 +66,11 @@ class HangWatcher:
         return self
 
     def stop(self) -> None:
-        """End the thread (a finished or closing run); its heartbeat file stays as the last word."""
+        """End the thread (a finished or closing run) and write a last heartbeat: where the rank ended."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * self.interval)
+            self._beat()
 
     def _check_time_limit(self) -> None:
         if self.end_time is not None and time.time() + self.timeout_s > self.end_time:

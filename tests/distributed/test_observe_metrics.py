@@ -131,12 +131,17 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     (bin_dir / "nvidia-smi").write_text(STAND_IN)
     (bin_dir / "nvidia-smi").chmod(0o755)
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profile.ranks=last",
-                     "--profile.steps=2-3", "--observe.monitor_interval_s=0.1", *TRAIN,
+                     "--profile.steps=2-3", "--observe.monitor_interval_s=0.1", "--run.hang_timeout_s=120", *TRAIN,
                      env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
     records = {m["step"]: m for m in read_metrics(sparse / "metrics.jsonl") if m["kind"] == "train"}
     assert sorted(records) == [2, 4, 5]
+    # the hang watcher (run.hang_timeout_s) watched both ranks to the end without declaring a hang
+    for rank in (0, 1):
+        beat = json.loads((sparse / "hang" / "attempt-0" / f"beat-rank-{rank}.json").read_text())
+        assert beat["step"] == 5 and beat["rank"] == rank, beat
+    assert not (sparse / "hang" / "diagnosis.txt").exists()
     assert records[2]["loss"] == pytest.approx((losses[1] + losses[2]) / 2, abs=1e-5)
     assert records[4]["loss"] == pytest.approx((losses[3] + losses[4]) / 2, abs=1e-5)
     assert records[5]["loss"] == pytest.approx(losses[5], abs=1e-5)
