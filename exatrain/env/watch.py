@@ -56,3 +56,12 @@ def job_end_time(environ: Mapping[str, str] | None = None) -> float | None:
         return float(raw) if raw else None
     except ValueError:
         return None
+
+
+def run_token(environ: Mapping[str, str] | None = None) -> str:
+    """A name the ranks of one launch share without talking (torchrun's run id, else the SLURM job step, else
+    the rendezvous address): the watcher ignores files an earlier run left in the same run directory."""
+    environ = os.environ if environ is None else environ
+    parts = [environ.get(name, "") for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                                 "MASTER_ADDR", "MASTER_PORT")]
+    return "/".join(parts)

@@ -26,11 +26,14 @@ import traceback
 from pathlib import Path
 
 from exatrain.config.checks import check_hang_timeout
+from exatrain.env.watch import run_token
 from exatrain.errors import EXIT_HANG
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, where
 
 _active: HangWatcher | None = None
+#: the file a rank creates once it declared a hang: the other ranks' watchers dump too at their next beat
+DECLARED = "declared"
 
 
 class HangWatcher:
@@ -45,6 +48,7 @@ class HangWatcher:
         self.interval = min(5.0, max(0.5, self.timeout_s / 8))
         self.stale_s = max(3 * self.interval, 3.0)  # a heartbeat file this old: its process is not running
         self.end_time, self.exit_process = end_time, exit_process
+        self.token = run_token()  # files of another launch in the same directory are ignored
         self._stop = threading.Event()
         self._warned = False
         self.diagnosis: str | None = None
@@ -60,6 +64,7 @@ class HangWatcher:
             self._path(kind, suffix=suffix).unlink(missing_ok=True)
         if self.rank == 0:
             (self.dir / "diagnosis.txt").unlink(missing_ok=True)
+            (self.dir / DECLARED).unlink(missing_ok=True)
             self._check_time_limit()
         self._beat()
         self._thread.start()
@@ -88,8 +93,9 @@ class HangWatcher:
 
     def _beat(self) -> None:
         p = heartbeat.PROGRESS
-        _write_json(self._path("beat"), {"rank": self.rank, "host": self.host, "pid": self.pid, "step": p.step,
-                                         "batches": p.batches, "phase": p.phase, "idle_s": time.monotonic() - p.since,
+        _write_json(self._path("beat"), {"rank": self.rank, "host": self.host, "pid": self.pid,
+                                         "token": self.token, "step": p.step, "batches": p.batches,
+                                         "phase": p.phase, "idle_s": time.monotonic() - p.since,
                                          "written": time.time()})
 
     def _check_step_time(self) -> None:
@@ -107,7 +113,11 @@ class HangWatcher:
         return p.marks > 0 and time.monotonic() - p.since > self.timeout_s
 
     def _peer_reported(self) -> bool:
-        return any(self.dir.glob("report-rank-*.json"))
+        # one small read per beat, not a directory listing: cheap on a parallel file system with many ranks
+        try:
+            return (self.dir / DECLARED).read_text() == self.token
+        except OSError:
+            return False
 
     def _handle(self) -> None:
         """Dump, report, let the leader diagnose, then end the process (see the module docstring)."""
@@ -127,11 +137,14 @@ class HangWatcher:
         with self._path("stacks", suffix="txt").open("w") as f:
             faulthandler.dump_traceback(f, all_threads=True)
         frame = sys._current_frames().get(threading.main_thread().ident)
-        frames = [(fs.filename, fs.lineno, fs.name) for fs in reversed(traceback.extract_stack(frame))] if frame else []
+        stack = reversed(traceback.extract_stack(frame)) if frame else []
+        frames = [(fs.filename, fs.lineno, fs.name) for fs in stack]
         _write_json(self._path("report"), {
-            "rank": self.rank, "host": self.host, "pid": self.pid, "step": p.step, "batches": p.batches,
+            "rank": self.rank, "host": self.host, "pid": self.pid, "token": self.token, "step": p.step,
+            "batches": p.batches,
             "phase": p.phase, "stalled_s": time.monotonic() - p.since, "where": where(stall_frame(frames)),
             "collective": _collective_state(self._path("fr"))})
+        (self.dir / DECLARED).write_text(self.token)
 
     def _gather(self) -> tuple[dict[int, dict], dict[int, dict]]:
         """Every rank's report, or its last heartbeat once that went stale; waits at most stale_s + 2 beats."""
@@ -139,7 +152,7 @@ class HangWatcher:
         while True:
             reports, stopped = {}, {}
             for r in range(self.world_size):
-                rep, beat = _read_json(self._path("report", r)), _read_json(self._path("beat", r))
+                rep, beat = (self._own_run(_read_json(self._path(kind, r))) for kind in ("report", "beat"))
                 if rep:
                     reports[r] = rep
                 elif beat and time.time() - beat["written"] > self.stale_s:
@@ -148,13 +161,17 @@ class HangWatcher:
                 return reports, stopped
             time.sleep(min(self.interval, 1.0))
 
+    def _own_run(self, data: dict | None) -> dict | None:
+        return data if data is not None and data.get("token") == self.token else None
+
     def _lead(self, reports: dict[int, dict], stopped: dict[int, dict]) -> None:
         for r, beat in stopped.items():
             if beat.get("host") == self.host:
                 beat["where"] = _pyspy_where(beat["pid"], self._path("stacks", r, "txt"))
         self.diagnosis = diagnose(reports, stopped, self.world_size, self.timeout_s) + (
-            f" Every rank's stacks: {self.dir}/stacks-rank-N.txt; this text: {self.run_dir / 'hang' / 'diagnosis.txt'}."
-            f" The ranks exit with code {EXIT_HANG}: the launcher stops the job (or restarts it, with restarts allowed).")
+            f" Every rank's stacks: {self.dir}/stacks-rank-N.txt; this text: "
+            f"{self.run_dir / 'hang' / 'diagnosis.txt'}. The ranks exit with code {EXIT_HANG}: the launcher "
+            "stops the job (or restarts it, with restarts allowed).")
         for path in (self.dir / "diagnosis.txt", self.run_dir / "hang" / "diagnosis.txt"):
             path.write_text(self.diagnosis + "\n")
         _say(self.diagnosis)
@@ -193,8 +210,8 @@ def _pyspy_where(pid: int, out: Path) -> str | None:
     if not Path(exe).exists():
         return None
     try:
-        run = subprocess.run([exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=20)
+        run = subprocess.run([exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
+                             capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     out.write_text(run.stdout + run.stderr)

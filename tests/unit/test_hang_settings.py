@@ -89,3 +89,29 @@ def test_step_marks_count_and_time_steps():
     assert heartbeat.step(41) == 41
     heartbeat.mark("data")
     assert heartbeat.PROGRESS.phase == "data" and heartbeat.PROGRESS.step == 41
+
+
+def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path):
+    """A real watcher thread (one rank, a 2 s timeout, a beat every 0.5 s) in this process, not ending it: a
+    `declared` file left by another launch in the same run directory is ignored; one of its own run makes it
+    dump at its next beat, and as the only rank it writes the diagnosis naming itself."""
+    from exatrain.observe.hang import DECLARED, HangWatcher
+
+    heartbeat.step()
+    watcher = HangWatcher(tmp_path, 0, 1, 2.0, host="here", exit_process=False)
+    watcher.start()
+    try:
+        (watcher.dir / DECLARED).write_text("another launch")
+        time.sleep(1.5)
+        assert not (watcher.dir / "report-rank-0.json").exists()
+        (watcher.dir / DECLARED).write_text(watcher.token)
+        deadline = time.monotonic() + 10
+        while watcher.diagnosis is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        watcher.stop()
+    assert watcher.diagnosis.startswith("exatrain: HANG (no progress for over 2 s): rank 0 (here, pid ")
+    # the main thread's own line at the dump: this test, waiting below
+    assert "test_hang_settings.py:" in watcher.diagnosis and "time.sleep(0.1)" in watcher.diagnosis
+    assert "Thread " in (watcher.dir / "stacks-rank-0.txt").read_text()
+    assert (tmp_path / "hang" / "diagnosis.txt").read_text().strip() == watcher.diagnosis
