@@ -41,10 +41,10 @@ def runs(tmp_path_factory):
     """name -> (exit code, stdout, stderr, run dir) of the four runs."""
     tmp = tmp_path_factory.mktemp("hangs")
     procs = {how: _start(tmp, how, 4, TIMEOUT_S, [how]) for how in STALLS}
-    # steps of 1.5 s against a 4 s timeout: warned about at the start, yet never taken for a hang
-    procs["slow"] = _start(tmp, "slow", 2, 4, ["none", "5", "1.5"])
+    # steps of 2.5 s against a 6 s timeout: warned about at the start, yet never taken for a hang
+    procs["slow"] = _start(tmp, "slow", 2, 6, ["none", "5", "2.5"])
     # restarts allowed: rank 1 of 2 sleeps at step 7 of the first attempt; checkpoints every 5 steps
-    procs["restart"] = _start(tmp, "restart", 2, 5, [str(tmp / "restart"), "12"], script=RESTART_SCRIPT,
+    procs["restart"] = _start(tmp, "restart", 2, 8, [str(tmp / "restart"), "12"], script=RESTART_SCRIPT,
                               options=["--max-restarts=1"])
     results = {}
     try:
@@ -88,7 +88,7 @@ def test_a_timeout_below_three_measured_steps_is_warned_about_not_taken_for_a_ha
     code, out, err, run_dir = runs["slow"]
     assert code == 0, out[-2000:] + err[-4000:]
     assert "finished 5 steps, total 10" in out
-    assert "hang timeout 4 s is less than 3 measured steps" in err and "\nHINT: raise the hang timeout" in err
+    assert "hang timeout 6 s is less than 3 measured steps" in err and "\nHINT: raise the hang timeout" in err
     assert not (run_dir / "hang" / "diagnosis.txt").exists()
 
 
