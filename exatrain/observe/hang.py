@@ -50,7 +50,7 @@ class HangWatcher:
         self.end_time, self.exit_process = end_time, exit_process
         self.token = run_token()  # files of another launch in the same directory are ignored
         self._stop = threading.Event()
-        self._warned = False
+        self._warned = self._beat_failed = False
         self.diagnosis: str | None = None
         self._thread = threading.Thread(target=self._run, name="exatrain-hang-watcher", daemon=True)
 
@@ -85,7 +85,13 @@ class HangWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self._beat()
+            try:
+                self._beat()
+            except OSError as e:  # a full or vanished run directory: say so once, keep watching
+                if not self._beat_failed:
+                    _say(f"WARNING: the hang watcher cannot write its heartbeat ({e}); other ranks will take "
+                         f"rank {self.rank} for stopped\nHINT: check that {self.dir} is writable")
+                self._beat_failed = True
             self._check_step_time()
             if self._stalled() or self._peer_reported():
                 self._handle()
@@ -120,13 +126,17 @@ class HangWatcher:
             return False
 
     def _handle(self) -> None:
-        """Dump, report, let the leader diagnose, then end the process (see the module docstring)."""
-        self._report()
-        reports, stopped = self._gather()
-        if self.rank == min(reports, default=self.rank):
-            self._lead(reports, stopped)
-        else:
-            self._await_diagnosis()
+        """Dump, report, let the leader diagnose, then end the process (see the module docstring); a dump
+        that fails (an unwritable run directory) still ends it: a hang must not outlive its detection."""
+        try:
+            self._report()
+            reports, stopped = self._gather()
+            if self.rank == min(reports, default=self.rank):
+                self._lead(reports, stopped)
+            else:
+                self._await_diagnosis()
+        except Exception as e:
+            _say(f"rank {self.rank} is hung (no progress for over {self.timeout_s:g} s) but its dump failed: {e!r}")
         if self.exit_process:
             sys.stdout.flush()
             sys.stderr.flush()
