@@ -213,11 +213,27 @@ def _collective_state(dump_path: Path) -> dict | None:
         return None
 
 
+def pyspy_path() -> str | None:
+    """The py-spy executable on PATH or beside this Python (a venv's bin), None without one."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return exe if Path(exe).exists() else None
+
+
+def flight_recorder_works() -> bool:
+    """Whether torch's flight recorder answers for this rank's process groups (after init_process_group)."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+
+        return "pg_status" in json.loads(_dump_fr_trace_json(False, True))
+    except Exception:
+        return False
+
+
 def _pyspy_where(pid: int, out: Path) -> str | None:
     """The stall line of a stopped process on this host from `py-spy dump --nonblocking` (its whole output
     to `out`), None without py-spy or when it cannot read the process."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(exe).exists():
+    exe = pyspy_path()
+    if exe is None:
         return None
     try:
         run = subprocess.run([exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
