@@ -17,6 +17,8 @@ import pytest
 from exatrain.errors import EXIT_HANG
 from tests.conftest import clean_environment
 
+pytestmark = pytest.mark.dist
+
 SCRIPT = Path(__file__).with_name("hang_loop.py")
 RESTART_SCRIPT = Path(__file__).with_name("hang_restart_loop.py")
 STALLS = ("sleep", "sigstop", "collective")
