@@ -45,6 +45,8 @@ _EXPORTS = {
     "MetricsLog": "exatrain.observe.metrics",
     "Progress": "exatrain.observe.progress",
     "StepMetrics": "exatrain.observe.step_metrics",
+    "step": "exatrain.observe.heartbeat",
+    "watch_hangs": "exatrain.observe.hang",
     "ExatrainError": "exatrain.errors",
 }
 

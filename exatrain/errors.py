@@ -27,3 +27,8 @@ class ClusterEnvError(ExatrainError):
 
 class DataError(ExatrainError):
     """Missing, empty or unreadable training data."""
+
+
+#: exit code of a rank that exatrain's hang watcher stopped (EX_PROTOCOL; exatrain's requeue code is 75):
+#: launchers and the agent tell it from a crash by this number (docs/hangs.md)
+EXIT_HANG = 76

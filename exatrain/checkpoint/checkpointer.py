@@ -20,6 +20,7 @@ from exatrain.checkpoint.store import latest
 from exatrain.distributed.collectives import all_gather_objects, is_root, print0
 from exatrain.distributed.seed import rank_seed, seed_everything
 from exatrain.errors import ExatrainError
+from exatrain.observe import heartbeat
 from exatrain.slurm.requeue import EXIT_REQUEUE, requeue_job
 
 _MISMATCH_HINT = ("build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
@@ -93,6 +94,7 @@ class Checkpointer:
         pre-timeout signal checkpoint, requeue (rank 0) and exit via SystemExit (with exit_on_signal=False:
         return, with `self.preempted` set; the caller exits with its exit_code). True when it saved."""
         self.step_count = n
+        heartbeat.mark("checkpoint")
         self.manager.poll(self.ctx.device)
         saved = self.interval > 0 and (n % self.interval == 0 or n == self.last_step)
         if saved:
@@ -105,6 +107,7 @@ class Checkpointer:
         """Write a checkpoint of the current state now, as step `n` (default: the last step given to step())."""
         if n is not None:
             self.step_count = n
+        heartbeat.mark("checkpoint")
         return self.manager.save(self.step_count, self.state)
 
     def _preempted(self, n: int, saved: bool) -> None:

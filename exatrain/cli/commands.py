@@ -68,8 +68,9 @@ def cmd_run(args, extra: list[str]) -> int:
     env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
                              master_port=args.master_port)
     tree = None if target.is_module else peers.parse_script(target.name)
+    hang_env = _hang_variables(args)
     if env.kind == "local":
-        return _run_local(args, env, target, tree)
+        return _run_local(args, env, target, tree, hang_env)
     if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
         print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
               f"{env.world_size} rank(s)", file=sys.stderr)
@@ -77,10 +78,26 @@ def cmd_run(args, extra: list[str]) -> int:
                                                affinity=args.affinity)
     if env.global_rank == 0:
         notes += peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=True)
+    child_env.update(hang_env)
     for note in notes:
         print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
     runner.exec_rank(target, child_env)
     return 0  # not reached: exec replaced this process
+
+
+def _hang_variables(args) -> dict[str, str]:
+    """The workers' variables for --hang-timeout (validated here, before anything starts)."""
+    if args.hang_timeout is None:
+        return {}
+    import time
+
+    from exatrain.config.validate import check_hang_timeout
+    from exatrain.env.watch import hang_variables, job_end_time
+
+    end = job_end_time()
+    left = None if end is None else end - time.time()
+    timeout = check_hang_timeout(args.hang_timeout, "--hang-timeout", left, "the time left of this SLURM job")
+    return hang_variables(timeout, str(Path(args.run_dir).resolve()))
 
 
 def _run_target(words: list[str] | None):
@@ -101,7 +118,7 @@ def _run_profile(name: str | None):
     return load_profile(name)
 
 
-def _run_local(args, env, target, tree) -> int:
+def _run_local(args, env, target, tree, hang_env: dict[str, str]) -> int:
     from exatrain.env.devices import count_node_gpus
     from exatrain.launch import check_nproc, peers
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
@@ -125,7 +142,7 @@ def _run_local(args, env, target, tree) -> int:
     for warning in peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=False):
         print(f"exatrain: {warning}", file=sys.stderr)
     return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts,
-                         own_store=bool(spawns))
+                         own_store=bool(spawns), extra_env=hang_env)
 
 
 def cmd_env(args, overrides: list[str]) -> int:

@@ -114,6 +114,12 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
                                                        "the SLURM job and step id)"),
         r.add_argument("--affinity", choices=["warn", "strict", "off"], default="warn",
                        help="check this rank's CPU affinity against the cores expected for it (strict: fail)"),
+        r.add_argument("--hang-timeout", type=float, default=None, metavar="SECONDS",
+                       help="declare a rank hung after this long without progress (exatrain.DataLoader batches, "
+                            "Checkpointer calls, exatrain.step()): dump every rank's stacks and a diagnosis to "
+                            "RUN_DIR/hang/ and stop with exit code 76 (docs/hangs.md)"),
+        r.add_argument("--run-dir", default="runs/default", help="where --hang-timeout writes hang/ (default "
+                                                                  "runs/default)"),
     ]
     r.add_argument("--resolve-master", action="store_true", help="resolve the master host name to an IP address")
     # old spellings of value options (RENAMED_OPTIONS) take a value too

@@ -19,6 +19,10 @@ class RunConfig:
     """Where a run writes its outputs."""
 
     dir: str = doc("runs/default", "Run directory: metrics.jsonl, summary.json, model files, per-rank reports.")
+    hang_timeout_s: float = doc(0.0, "Declare a rank hung after this many seconds without progress: every rank's "
+                                     "stacks and a diagnosis go to RUN_DIR/hang/ and the job stops with exit code "
+                                     "76 (restarted from the last checkpoint with --max-restarts); 0 = off. At "
+                                     "least 2, above the longest step, evaluation and checkpoint (docs/hangs.md).")
 
 
 @dataclass(frozen=True)

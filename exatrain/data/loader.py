@@ -10,6 +10,7 @@ resumes exactly there, under any number of ranks.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import warnings
@@ -18,6 +19,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from exatrain.data.sampler import GlobalBatchSampler
 from exatrain.errors import DataError
+from exatrain.observe import heartbeat
 
 # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13, each time an iterator starts
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -69,7 +71,14 @@ class DataLoader(StatefulDataLoader):
         s = self.global_sampler
         s.epoch, s.consumed = self._position
         epoch, start = self._position
-        for i, batch in enumerate(super().__iter__()):
+        batches = super().__iter__()
+        for i in itertools.count():
+            heartbeat.mark("data")  # waiting for a batch counts as the data phase of the hang watcher
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            heartbeat.batch()  # a batch arrived: progress; the user's step runs until the next mark
             self._advance_to(epoch, start + (i + 1) * s.global_batch)
             yield batch
 

@@ -22,6 +22,7 @@ from exatrain.distributed.process_group import DistContext, init_distributed, te
 from exatrain.distributed.seed import rank_seed, seed_everything
 from exatrain.env import detect_environment
 from exatrain.errors import ConfigError, ExatrainError
+from exatrain.observe.hang import stop_watcher
 
 _active: "Context | None" = None  # the Context of this process until it is closed
 
@@ -64,6 +65,7 @@ class Context:
         if self.closed:
             return
         self.closed = True
+        stop_watcher()  # a rank that leaves cleanly is no hang
         if _active is self:
             _active = None
         teardown()
@@ -72,6 +74,7 @@ class Context:
         """Leave without waiting for the other ranks (after an error: they may never get here)."""
         global _active
         self.closed = True
+        stop_watcher()
         if _active is self:
             _active = None
         if dist.is_initialized():

@@ -8,6 +8,8 @@ from __future__ import annotations
 import signal
 import sys
 
+from exatrain.errors import EXIT_HANG
+
 
 def failure_exit_code(exitcode: int) -> int:
     """A worker's exit code as a shell reports it: killed by signal N (torch: -N) becomes 128 + N."""
@@ -16,6 +18,11 @@ def failure_exit_code(exitcode: int) -> int:
 
 def describe_failure(rank: int, failure, others: int) -> str:
     """One line (plus a HINT) naming the first worker that failed, its exit code or signal."""
+    if failure.exitcode == EXIT_HANG:
+        return (f"the hang watcher stopped the workers (rank {rank} first, exit code {EXIT_HANG}): the diagnosis "
+                "above names the rank that stalled and where (also in RUN_DIR/hang/diagnosis.txt)\n"
+                "HINT: every rank's stacks are in RUN_DIR/hang/attempt-K/; `--max-restarts K` restarts the "
+                "workers from the last checkpoint instead")
     how = f"exit code {failure.exitcode}"
     if failure.exitcode < 0:
         try:

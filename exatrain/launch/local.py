@@ -110,7 +110,8 @@ def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0
 
 
 def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "",
-                  run_dir: str | None = None, own_store: bool = False) -> int:
+                  run_dir: str | None = None, own_store: bool = False,
+                  extra_env: dict[str, str] | None = None) -> int:
     """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit code,
     or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
     itself exits 1 then). ``own_store``: see agent_environment."""
@@ -118,7 +119,7 @@ def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals:
     if marker:
         marker.unlink(missing_ok=True)
     command = agent_command(nproc, target, max_restarts, signals)
-    env = agent_environment(max_restarts, nproc=nproc, own_store=own_store)
+    env = {**agent_environment(max_restarts, nproc=nproc, own_store=own_store), **(extra_env or {})}
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         print(f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
               f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count", file=sys.stderr)

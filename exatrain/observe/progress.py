@@ -79,7 +79,18 @@ def breakdown(r: dict) -> str:
     mem = f" | peak {r['peak_mem_gib']:.1f} GiB" if r.get("peak_mem_gib") is not None else ""
     return (f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
             f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
-            f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})")
+            f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r))
+
+
+#: a straggler slows the job's steps by this factor or more before the progress line names it
+STRAGGLER_RATIO = 1.2
+
+
+def _straggler(r: dict) -> str:
+    """' | straggler rank 3 (data, x1.35)' when one rank's host phase slows every step by STRAGGLER_RATIO."""
+    if r.get("straggler_rank") is None or r.get("straggler_ratio", 1.0) < STRAGGLER_RATIO:
+        return ""
+    return f" | straggler rank {r['straggler_rank']} ({r['straggler_phase']}, x{r['straggler_ratio']:.2f})"
 
 
 def _fmt(value) -> str:

@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from exatrain.observe import heartbeat
 from exatrain.observe.flops import device_peak_flops
 
 #: the phases of a step, in the order records list them; host phases are waits measured with the host clock
@@ -75,6 +76,7 @@ class StepMetrics:
         """Time the block as phase `name` (data, forward_backward, optimizer, checkpoint) of this step."""
         if name not in PHASES:
             raise ValueError(f"phase {name!r}: expected one of {', '.join(PHASES)}")
+        heartbeat.mark(name)  # what the hang watcher reports as this rank's phase
         if self._events and name not in HOST_PHASES:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -93,6 +95,7 @@ class StepMetrics:
     @contextlib.contextmanager
     def paused(self):
         """Leave the block's time out of the window's wall time (e.g. an evaluation between steps)."""
+        heartbeat.mark("paused")
         t0 = time.perf_counter()
         try:
             yield
@@ -167,8 +170,29 @@ class StepMetrics:
             "peak_mem_gib": peak / 2**30 if peak >= 0 else None,
             "rank_skew_s": max(busy) - min(busy),
             "slowest_rank": _global_rank(slowest, self.group),
+            **self._straggler(rows, window_s / steps),
         }
         return record
+
+    def _straggler(self, rows: list[list[float]], step_s: float) -> dict:
+        """The rank whose time in a host phase (data, checkpoint) exceeds the median rank's (the lower median
+        for an even count) the most, per step: `straggler_rank` (None when none does), `straggler_phase`,
+        `straggler_excess_s` and `straggler_ratio` = step_s / (step_s - excess), how much longer the job's
+        steps take than without that excess (every rank waits for it). Device phases are left out: there
+        the other ranks' waits for the straggler (inside DDP's all_reduce) hide it."""
+        best = (0.0, None, None)
+        for i, phase in enumerate(PHASES):
+            if phase not in HOST_PHASES:
+                continue
+            times = [r[_FIXED + i] / self._window_steps for r in rows]
+            median = sorted(times)[(len(times) - 1) // 2]
+            rank = max(range(len(times)), key=times.__getitem__)
+            best = max(best, (times[rank] - median, rank, phase), key=lambda b: b[0])
+        excess, rank, phase = best
+        if rank is None:
+            return {"straggler_rank": None, "straggler_phase": None, "straggler_excess_s": 0.0, "straggler_ratio": 1.0}
+        return {"straggler_rank": _global_rank(rank, self.group), "straggler_phase": phase,
+                "straggler_excess_s": excess, "straggler_ratio": step_s / max(step_s - excess, 1e-9)}
 
     def _mfu(self, tokens_per_s: float, ranks: int) -> float | None:
         if not self.flops_per_token or not self.peak_flops:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exatrain.config import Config, to_toml
+from exatrain.config.validate import check_hang_timeout
 from exatrain.errors import ExatrainError
 from exatrain.slurm.containers import rank_paths
 from exatrain.slurm.profiles import is_profile_path, load_profile
@@ -82,6 +83,8 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
     if command_kind(list(spec.command)) == "trainer":
         check_signal_handled(spec, cfg.checkpoint.signals)
+    if cfg.run.hang_timeout_s:
+        check_hang_timeout(cfg.run.hang_timeout_s, "run.hang_timeout_s", spec.seconds(), f"job.time {job.time}")
     text = to_toml(cfg)
     config_path = _beside_run_dir(run_dir, ".toml")
     binds = rank_paths(cfg, run_dir, Path.cwd()) if spec.container_image else ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import exatrain
 from exatrain.config import Config
-from exatrain.config.validate import check_choice
+from exatrain.config.validate import check_choice, check_hang_timeout
 from exatrain.engines.deepspeed.config import deepspeed_config
 from exatrain.env.affinity import MODES as AFFINITY_MODES
 from exatrain.errors import ConfigError
@@ -37,6 +37,8 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     check_choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
     check_choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
     check_choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
+    if cfg.run.hang_timeout_s:
+        check_hang_timeout(cfg.run.hang_timeout_s, "run.hang_timeout_s")
     check_choice("data.train_split", d.train_split, _SPLITS)
     check_choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:

@@ -172,6 +172,16 @@ class Trainer:
             for line in monitor.stop():
                 print(line, flush=True)
 
+    def _watch_hangs(self):
+        """The hang watcher of run.hang_timeout_s (None when off): see docs/hangs.md."""
+        timeout = self.cfg.run.hang_timeout_s
+        return exatrain.watch_hangs(self.ctx, self.run_dir, timeout) if timeout > 0 else None
+
+    @staticmethod
+    def _stop_watching(watcher) -> None:
+        if watcher is not None:
+            watcher.stop()
+
     def _micro_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = next(self.steps_iter)
         batches = [make_batch(self.train_tokens, idx, self.cfg.data.seq_len) for idx in indices]
@@ -227,7 +237,9 @@ class Trainer:
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
         timer, monitor = self._step_metrics(), self._start_monitor()
+        watcher = self._watch_hangs()
         while self.step < t.steps:
+            exatrain.step(self.step + 1)  # the hang watcher's progress mark (an attribute update, no sync)
             self.profiler.begin(self.step + 1)
             with timer.phase("data"):
                 batches = self._micro_batches()
@@ -250,12 +262,14 @@ class Trainer:
             with timer.phase("checkpoint"):
                 self.checkpointer.step(self.step)
             if self.checkpointer.preempted:
+                self._stop_watching(watcher)
                 self.progress.close()
                 self._stop_observing(monitor)
                 return {"preempted": True, **self.checkpointer.preempted}
         self.checkpointer.wait()
         elapsed = time.perf_counter() - start
         last = self._record_eval()
+        self._stop_watching(watcher)
         self._stop_observing(monitor)
         self.progress.close()
         self.checkpointer.close()

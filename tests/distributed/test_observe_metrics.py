@@ -104,6 +104,9 @@ def test_no_sync_between_log_steps_and_global_rates(tmp_path):
     assert rec["samples_per_s"] * rec["step_s"] * 3 == pytest.approx(2 * 5 * 3)
     assert rec["tokens_per_s"] == pytest.approx(rec["samples_per_s"] * 8)
     assert rec["slowest_rank"] == 1 and rec["rank_skew_s"] > 0
+    # the straggler by its data phase: >= 0.2 s more per step than the median rank (the lower one of 2)
+    assert rec["straggler_rank"] == 1 and rec["straggler_phase"] == "data" and rec["straggler_excess_s"] >= 0.2
+    assert rec["straggler_ratio"] == pytest.approx(rec["step_s"] / (rec["step_s"] - rec["straggler_excess_s"]))
     # the breakdown is the mean over ranks: rank 1 waits >= 0.2 s per step for data, rank 0 barely
     assert rec["time_data_s"] >= 0.1
     assert rec["mfu"] is None and rec["peak_mem_gib"] is None  # CPU: no peak FLOP/s, no device memory
@@ -128,12 +131,17 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     (bin_dir / "nvidia-smi").write_text(STAND_IN)
     (bin_dir / "nvidia-smi").chmod(0o755)
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profiler.ranks=last",
-                     "--profiler.steps=2-3", "--observe.monitor_interval_s=0.1", *TRAIN,
+                     "--profiler.steps=2-3", "--observe.monitor_interval_s=0.1", "--run.hang_timeout_s=120", *TRAIN,
                      env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
     records = {m["step"]: m for m in read_metrics(sparse / "metrics.jsonl") if m["kind"] == "train"}
     assert sorted(records) == [2, 4, 5]
+    # the hang watcher (run.hang_timeout_s) watched both ranks to the end without declaring a hang
+    for rank in (0, 1):
+        beat = json.loads((sparse / "hang" / "attempt-0" / f"beat-rank-{rank}.json").read_text())
+        assert beat["step"] == 5 and beat["rank"] == rank, beat
+    assert not (sparse / "hang" / "diagnosis.txt").exists()
     assert records[2]["loss"] == pytest.approx((losses[1] + losses[2]) / 2, abs=1e-5)
     assert records[4]["loss"] == pytest.approx((losses[3] + losses[4]) / 2, abs=1e-5)
     assert records[5]["loss"] == pytest.approx(losses[5], abs=1e-5)

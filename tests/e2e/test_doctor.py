@@ -2,6 +2,7 @@
 check (an unwritable cache directory) giving exit code 1 and a HINT."""
 
 import re
+import time
 
 import pytest
 
@@ -16,11 +17,17 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
     assert [s for s, _, _ in sizes] == ["1 KiB", "4 KiB", "16 KiB", "64 KiB"]
     assert all(float(bus) > 0 for _, _, bus in sizes)
     assert "doctor: all checks passed" in r.stdout
+    # what the hang watcher can use (docs/hangs.md): gloo's flight recorder, py-spy of the test extra
+    assert "hang detection: torch's flight recorder answers on 2 of 2 rank(s); py-spy /" in r.stdout
+    assert "WARNING: this job ends" not in r.stdout
 
 
 def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
-    r = exatrain_cli("doctor", "--nproc=1", "--cache-dir=/proc")
+    # (and warns that a job ending in 100 s ends before a 300 s collective timeout could fire)
+    r = exatrain_cli("doctor", "--nproc=1", "--cache-dir=/proc", env={"SLURM_JOB_END_TIME": str(int(time.time()) + 100)})
     assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"WARNING: this job ends in \d+ s, before a collective timeout of 300 s could fire\nHINT: ",
+                     r.stdout), r.stdout
     assert "FAIL: rank 0 on " in r.stdout and "cache directory /proc is not writable" in r.stdout
     assert "HINT: " in r.stdout and "doctor: 1 check(s) failed" in r.stdout
     r = exatrain_cli("doctor", "--nproc=1", "--nccl-log=missing.log")

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -19,8 +20,13 @@ from exatrain.distributed import all_gather_objects, init_distributed, teardown
 from exatrain.config import JobConfig
 from exatrain.distributed.affinity import check_affinity
 from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
+from exatrain.env.watch import job_end_time
 from exatrain.errors import ConfigError, ExatrainError
+from exatrain.observe.hang import flight_recorder_works, pyspy_path
 from exatrain.tools.doctor import probes as doctor
+
+#: [dist] timeout_s's default: how long a collective waits before gloo/NCCL raise
+DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 
 
 def doctor_here(env, args) -> int:
@@ -76,6 +82,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         elif ctx.device.type == "cuda":
             init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
+        report["flight_recorder"] = flight_recorder_works()
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)
@@ -119,7 +126,23 @@ def _print(console: Console, reports, sweep, network, backend, problems) -> None
         console.print(bw)
     for problem, hint in problems:
         console.print(f"FAIL: {problem}\nHINT: {hint}", markup=False, highlight=False)
+    console.print(_hang_line(reports), markup=False, highlight=False, soft_wrap=True)
     console.print("doctor: all checks passed" if not problems else f"doctor: {len(problems)} check(s) failed")
+
+
+def _hang_line(reports) -> str:
+    """What exatrain's hang watcher (docs/hangs.md) could use here, and whether the job's time limit comes
+    before exatrain's default collective timeout (300 s): then only --hang-timeout finds a hang in time."""
+    fr = sum(1 for r in reports if r.get("flight_recorder"))
+    spy = pyspy_path()
+    line = (f"hang detection: torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
+            f"{spy or 'not installed (a stopped rank would be named without its stack line)'}")
+    end = job_end_time()
+    if end is not None and end - time.time() < DEFAULT_COLLECTIVE_TIMEOUT_S:
+        line += (f"\nWARNING: this job ends in {end - time.time():.0f} s, before a collective timeout of "
+                 f"{DEFAULT_COLLECTIVE_TIMEOUT_S:g} s could fire\nHINT: watch for hangs with `exatrain run "
+                 "--hang-timeout S` or [run] hang_timeout_s, well below the time left")
+    return line
 
 
 def _size(n: int) -> str:

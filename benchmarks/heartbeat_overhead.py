@@ -1,0 +1,93 @@
+"""Cost of hang watching in the trainer's step: the progress marks (`exatrain.step()` and the phase marks
+the trainer's StepMetrics phases make) plus the running watcher thread (heartbeat file every 5 s) ON, vs
+the same step with neither OFF.
+
+One process, one Trainer (the tiny reference model by default, where a fixed per-step cost weighs most);
+both sides run the trainer's own step pieces. Repetitions are interleaved (A B, B A, ...) so machine noise
+hits both alike; the result is the ratio of median step times (on / off), by wall time and by the process's
+CPU time, which counts the watcher thread too (benchmarks/clock.py). Goal (issue 25): <= 1.01.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.heartbeat_overhead [--size tiny] [--steps 20] [--reps 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import torch
+
+from benchmarks.clock import report
+from benchmarks.observe_overhead import off_side, timed
+from exatrain.config import load_config
+from exatrain.distributed import init_distributed
+from exatrain.env import detect_environment
+from exatrain.observe import heartbeat
+from exatrain.observe.hang import start_watcher, stop_watcher
+from exatrain.train.data_setup import prepare_data
+from exatrain.train.trainer import Trainer
+
+
+def on_side(trainer):
+    """The bare step with the marks Trainer.fit makes: the step marker and one mark per phase."""
+    def step():
+        heartbeat.step()
+        heartbeat.mark("data")
+        batches = trainer._micro_batches()
+        heartbeat.mark("forward_backward")
+        trainer.engine.train_step(batches)
+        heartbeat.mark("optimizer")
+        trainer._optimizer_step()
+        heartbeat.mark("checkpoint")
+    return step
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--steps", type=int, default=20, help="steps per timed block")
+    p.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={tmp}/run",
+                                 f"--train.global_batch_size={a.batch}", f"--train.micro_batch_size={a.batch}",
+                                 "--train.device=cpu", f"--train.steps={10 ** 6}", "--observe.tensorboard=off",
+                                 "--observe.monitor_interval_s=0"])
+        ctx = init_distributed(detect_environment({}), "cpu")
+        trainer = Trainer(cfg, ctx, prepare_data(cfg))
+        sides = {"on": on_side(trainer), "off": off_side(trainer)}
+        for step in sides.values():
+            timed(step, 3)  # warm-up
+        times = {k: [] for k in sides}
+        for rep in range(a.reps):
+            for name in (list(sides) if rep % 2 == 0 else list(reversed(sides))):
+                if name == "on":  # the watcher runs only while the ON side does
+                    start_watcher(f"{tmp}/run", 0, 1, 3600, host="bench")
+                times[name].append(timed(sides[name], a.steps))
+                stop_watcher()
+        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, "
+              f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        print(report(times, "on", "off", "goal <= 1.01"))
+        print(_mark_cost(times["off"]))
+
+
+def _mark_cost(off_times) -> str:
+    """The marks alone, timed in a tight loop: a noise-free upper bound of their share of a step."""
+    import statistics
+    import timeit
+
+    def marks():
+        heartbeat.step()
+        for phase in ("data", "forward_backward", "optimizer", "checkpoint"):
+            heartbeat.mark(phase)
+    n = 200_000
+    per_step = min(timeit.repeat(marks, number=n, repeat=5)) / n
+    off = statistics.median(t.wall for t in off_times)
+    return (f"the 5 marks of one step: {per_step * 1e6:.2f} us = {per_step / off:.2e} of the median OFF step "
+            f"({off * 1e3:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

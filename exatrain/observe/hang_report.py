@@ -1,0 +1,117 @@
+"""Hang diagnosis from the files the ranks' watchers left: which rank stalled, where, and who waits for it.
+
+Pure functions over plain dicts (the JSON files of RUN_DIR/hang/attempt-K/), so the wording is tested
+without a hang. The stall line is the innermost frame of the rank's main thread in the user's own code
+(outside the standard library and installed packages); exatrain's own frames count only when nothing else
+is there.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sysconfig
+from pathlib import Path
+
+_LIBRARY_DIRS = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib")})
+_EXATRAIN_DIR = str(Path(__file__).resolve().parents[1])
+_PYSPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
+
+
+def _is_library(filename: str) -> bool:
+    path = str(Path(filename).resolve()) if filename.startswith("/") else filename
+    return path.startswith(_LIBRARY_DIRS) or filename.startswith("<")
+
+
+def stall_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+    """The frame to name, from (file, line, function) innermost first: the user's code, else exatrain's,
+    else the innermost."""
+    own = [f for f in frames if not _is_library(f[0])]
+    users = [f for f in own if not str(Path(f[0]).resolve()).startswith(_EXATRAIN_DIR)]
+    return (users or own or frames or [None])[0]
+
+
+def pyspy_frames(text: str) -> list[tuple[str, int, str]]:
+    """(file, line, function) of the first thread in `py-spy dump` output, innermost first."""
+    frames, seen_thread = [], False
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            if seen_thread:
+                break
+            seen_thread = True
+            continue
+        m = _PYSPY_FRAME.match(line)
+        if m and seen_thread:
+            frames.append((m["file"], int(m["line"]), m["func"]))
+    return frames
+
+
+def where(frame) -> str:
+    """`file:line (function): source line` of a stall frame, or 'an unknown place'."""
+    if not frame:
+        return "an unknown place"
+    file, line, func = frame
+    source = linecache.getline(file, line).strip()
+    return f"{file}:{line} ({func})" + (f": {source}" if source else "")
+
+
+def _ranks(ranks) -> str:
+    return ",".join(str(r) for r in sorted(ranks))
+
+
+def _collective(report: dict) -> dict | None:
+    return report.get("collective") or None
+
+
+def _waiting_and_behind(reports: dict[int, dict]) -> tuple[list[int], list[int], dict | None]:
+    """From the flight recorder summaries: ranks inside a collective, ranks that never entered the newest
+    one, and that newest collective (None without flight recorder data)."""
+    known = {r: c for r, c in ((r, _collective(rep)) for r, rep in reports.items()) if c}
+    if not known:
+        return [], [], None
+    newest = max(known.values(), key=lambda c: c["enqueued"])
+    waiting = [r for r, c in known.items() if c["enqueued"] > c["completed"]]
+    behind = [r for r, c in known.items() if c["enqueued"] < newest["enqueued"]]
+    return waiting, behind, newest
+
+
+def diagnose(reports: dict[int, dict], stopped: dict[int, dict], world_size: int, timeout_s: float) -> str:
+    """One paragraph naming the stalled rank(s), their host, pid, step, phase and stall line, and what the
+    others wait in. `reports`: rank -> its watcher's report; `stopped`: rank -> the last heartbeat of a rank
+    whose watcher stopped writing (SIGSTOP, a process holding the GIL, a dead node)."""
+    waiting, behind, newest = _waiting_and_behind(reports)
+    culprits = sorted(stopped) + [r for r in behind if r not in stopped]
+    if not culprits:
+        culprits = _oldest(reports)
+    parts = [_describe(r, reports.get(r) or stopped[r], r in stopped) for r in culprits]
+    others = [r for r in waiting if r not in culprits]
+    text = "; ".join(parts)
+    if others and newest:
+        text += (f"; rank(s) {_ranks(others)} wait in {newest['op']} #{newest['enqueued']}, which rank(s) "
+                 f"{_ranks(culprits)} never entered")
+    silent = set(range(world_size)) - set(reports) - set(stopped)
+    if silent:
+        text += f"; no report from rank(s) {_ranks(silent)}"
+    return f"exatrain: HANG (no progress for over {timeout_s:g} s): {text}."
+
+
+def _oldest(reports: dict[int, dict]) -> list[int]:
+    """Without flight recorder data: the ranks at the lowest step, or failing that, the earliest stall."""
+    if not reports:
+        return []
+    low = min(rep["step"] for rep in reports.values())
+    at_low = [r for r, rep in reports.items() if rep["step"] == low]
+    if len(at_low) < len(reports):
+        return at_low
+    return [max(reports, key=lambda r: reports[r]["stalled_s"])]
+
+
+def _describe(rank: int, rep: dict, stopped: bool) -> str:
+    who = f"rank {rank} ({rep.get('host', '?')}, pid {rep.get('pid', '?')})"
+    at = f"step {rep['step']}" if rep["step"] or not rep.get("batches") else f"batch {rep['batches']}"
+    place = rep.get("where") or "an unknown place"
+    if stopped:
+        return (f"{who} stopped beating {rep.get('silent_s', 0):.0f} s ago (a stopped process, e.g. SIGSTOP, or one "
+                f"stuck holding Python's lock, whose last heartbeat file said {at}, phase {rep['phase']}) and stands at "
+                f"{place}")
+    return f"{who} has made no progress for {rep['stalled_s']:.0f} s at {at} in phase {rep['phase']} at {place}"

@@ -1,0 +1,117 @@
+"""Hang watch settings and wording without a hang (docs/hangs.md): bad timeouts are refused at start with a
+HINT, and the diagnosis names the right rank from the watchers' reports (the real thing:
+tests/distributed/test_hangs.py)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from exatrain.cli.main import main
+from exatrain.observe import heartbeat
+from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame
+
+SCRIPT = str(Path(__file__).resolve().parents[1] / "distributed" / "hang_loop.py")
+
+
+def test_a_timeout_below_two_seconds_is_refused(capsys):
+    assert main(["run", "--hang-timeout", "1", SCRIPT, "sleep"]) == 2
+    err = capsys.readouterr().err
+    assert "--hang-timeout = 1 s: a hang timeout must be at least 2 s" in err and "\nHINT: " in err
+
+
+def test_a_timeout_not_below_the_time_left_of_the_job_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 120))
+    assert main(["run", "--nproc", "2", "--hang-timeout", "600", SCRIPT, "sleep"]) == 2
+    err = capsys.readouterr().err
+    assert "--hang-timeout = 600 s is not shorter than the time left of this SLURM job" in err
+    assert "\nHINT: choose a hang timeout well below" in err
+
+
+def test_a_submitted_job_whose_time_limit_the_hang_timeout_exceeds_is_refused(capsys):
+    assert main(["sbatch", "--run.hang_timeout_s=7200", "--job.time=60"]) == 2
+    err = capsys.readouterr().err
+    assert "run.hang_timeout_s = 7200 s is not shorter than job.time 60 (3600 s)" in err and "\nHINT: " in err
+
+
+def test_the_trainer_refuses_a_bad_timeout_before_starting(capsys, tmp_path):
+    assert main(["train", "--nproc", "2", "--run.hang_timeout_s=0.5", f"--run.dir={tmp_path}"]) == 2
+    assert "run.hang_timeout_s = 0.5 s" in capsys.readouterr().err
+
+
+def _report(step, enqueued, completed, where="train.py:5 (main)", stalled=25.0):
+    return {"host": "nid1", "pid": 10, "step": step, "phase": "step", "stalled_s": stalled, "where": where,
+            "collective": {"op": "gloo:all_reduce", "enqueued": enqueued, "completed": completed}}
+
+
+def test_the_rank_that_never_entered_the_collective_is_named():
+    reports = {0: _report(7, 7, 6), 1: _report(7, 7, 6), 2: _report(7, 6, 6, "train.py:9 (stall)")}
+    text = diagnose(reports, {}, 3, 20)
+    assert text.startswith("exatrain: HANG (no progress for over 20 s): rank 2 (nid1, pid 10) has made no "
+                           "progress for 25 s at step 7 in phase step at train.py:9 (stall); rank(s) 0,1 wait in "
+                           "gloo:all_reduce #7, which rank(s) 2 never entered")
+
+
+def test_without_a_flight_recorder_the_rank_behind_is_named_and_a_silent_rank_mentioned():
+    reports = {0: {**_report(8, 0, 0), "collective": None}, 1: {**_report(7, 0, 0, "x.py:3 (f)"), "collective": None}}
+    text = diagnose(reports, {}, 3, 20)
+    assert "rank 1 (nid1, pid 10) has made no progress for 25 s at step 7" in text and "rank 0 (" not in text
+    assert "no report from rank(s) 2" in text
+
+
+def test_a_stopped_rank_is_named_first():
+    stopped = {3: {"host": "nid2", "pid": 7, "step": 4, "phase": "data", "silent_s": 30.0, "where": "t.py:1 (g)"}}
+    text = diagnose({0: _report(5, 5, 4)}, stopped, 4, 20)
+    assert "rank 3 (nid2, pid 7) stopped beating 30 s ago" in text and "stands at t.py:1 (g)" in text
+    assert "rank(s) 0 wait in gloo:all_reduce #5" in text
+
+
+def test_the_stall_line_is_the_users_frame_not_a_library_one():
+    import threading
+
+    lib = threading.__file__
+    frames = [(lib, 10, "wait"), ("/home/me/train.py", 88, "main"), (lib, 1, "run")]
+    assert stall_frame(frames) == ("/home/me/train.py", 88, "main")
+    assert stall_frame([(lib, 10, "wait")]) == (lib, 10, "wait")
+
+
+def test_py_spy_frames_of_the_main_thread_are_read_innermost_first():
+    # the shape of `py-spy dump --full-filenames` output (py-spy 0.4.3, as tests/distributed/test_hangs.py runs it)
+    text = ("Process 5: python x.py\nPython v3.11.7\n\nThread 5 (idle): \"MainThread\"\n"
+            "    stall (/home/me/x.py:23)\n    main (/home/me/x.py:35)\n"
+            "Thread 6 (idle): \"watcher\"\n    wait (/usr/lib/python3.11/threading.py:331)\n")
+    assert pyspy_frames(text) == [("/home/me/x.py", 23, "stall"), ("/home/me/x.py", 35, "main")]
+
+
+def test_step_marks_count_and_time_steps():
+    before = heartbeat.PROGRESS.step
+    assert heartbeat.step() == before + 1 and heartbeat.PROGRESS.phase == "step"
+    assert heartbeat.step(41) == 41
+    heartbeat.mark("data")
+    assert heartbeat.PROGRESS.phase == "data" and heartbeat.PROGRESS.step == 41
+
+
+def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path):
+    """A real watcher thread (one rank, a 2 s timeout, a beat every 0.5 s) in this process, not ending it: a
+    `declared` file left by another launch in the same run directory is ignored; one of its own run makes it
+    dump at its next beat, and as the only rank it writes the diagnosis naming itself."""
+    from exatrain.observe.hang import DECLARED, HangWatcher
+
+    heartbeat.step()
+    watcher = HangWatcher(tmp_path, 0, 1, 2.0, host="here", exit_process=False)
+    watcher.start()
+    try:
+        (watcher.dir / DECLARED).write_text("another launch")
+        time.sleep(1.5)
+        assert not (watcher.dir / "report-rank-0.json").exists()
+        (watcher.dir / DECLARED).write_text(watcher.token)
+        deadline = time.monotonic() + 10
+        while watcher.diagnosis is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        watcher.stop()
+    assert watcher.diagnosis.startswith("exatrain: HANG (no progress for over 2 s): rank 0 (here, pid ")
+    # the main thread's own line at the dump: this test, waiting below
+    assert "test_hang_settings.py:" in watcher.diagnosis and "time.sleep(0.1)" in watcher.diagnosis
+    assert "Thread " in (watcher.dir / "stacks-rank-0.txt").read_text()
+    assert (tmp_path / "hang" / "diagnosis.txt").read_text().strip() == watcher.diagnosis
