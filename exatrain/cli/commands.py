@@ -74,7 +74,7 @@ def cmd_run(args, extra: list[str]) -> int:
                                                affinity=args.affinity)
     for note in notes:
         print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
-    runner.exec_rank(target, child_env)
+    runner.exec_rank(target, child_env, _runner_options(args))
     return 0  # not reached: exec replaced this process
 
 
@@ -112,7 +112,15 @@ def _run_local(args, env, target) -> int:
     note = cores_note(nproc)
     if note:
         print(f"exatrain: note: {note}", file=sys.stderr)
-    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts)
+    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *_runner_options(args), *target.words()],
+                         max_restarts=args.max_restarts)
+
+
+def _runner_options(args) -> list[str]:
+    """The script runner's own options from `exatrain run`'s: ``--label``."""
+    from exatrain.slurm.rank_command import LABEL_OPTION
+
+    return [LABEL_OPTION] if args.label else []
 
 
 def cmd_env(args, overrides: list[str]) -> int:

@@ -93,6 +93,8 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
                        help="check this rank's CPU affinity against the cores expected for it (strict: fail)"),
     ]
     r.add_argument("--resolve-master", action="store_true", help="resolve the master host name to an IP address")
+    r.add_argument("--label", action="store_true", help="begin each line the script writes with [rank N] (every "
+                                                        "rank's lines are written whole, with or without it)")
     r.value_options = {s for action in value_options for s in action.option_strings}
     return r
 
