@@ -277,9 +277,11 @@ def _doctor_verdict(verdict_dir: str, nproc: int, agent_code: int) -> int:
 
 def cmd_scale(args, overrides: list[str]) -> int:
     """Run the study (one training run per world size), then write its report."""
+    from exatrain.tools.report import check_plotting
     from exatrain.tools.scale import parse_counts, run_slurm_study, run_study
 
     cfg = load_config(args.config, overrides)  # bad configuration fails before the first run
+    check_plotting()  # so does a missing matplotlib
     out = Path(args.out)
     config = str(Path(args.config).resolve()) if args.config else None
     if args.nodes:
@@ -298,8 +300,9 @@ def cmd_report(args, extra: list[str]) -> int:
 
 
 def _report(runs: list[str], out: Path) -> int:
-    from exatrain.tools.report import write_report
+    from exatrain.tools.report import check_plotting, write_report
 
+    check_plotting()
     html_path, md_path, _ = write_report(runs, out)
     print(md_path.read_text(), end="")
     print(f"report: {html_path} (tables also in {md_path})")
