@@ -81,7 +81,7 @@ def cmd_run(args, extra: list[str]) -> int:
     child_env.update(hang_env)
     for note in notes:
         print(f"exatrain: [rank {env.global_rank}] {note}", file=sys.stderr)
-    runner.exec_rank(target, child_env)
+    runner.exec_rank(target, child_env, _runner_options(args))
     return 0  # not reached: exec replaced this process
 
 
@@ -141,8 +141,15 @@ def _run_local(args, env, target, tree, hang_env: dict[str, str]) -> int:
         print(f"exatrain: note: {note}", file=sys.stderr)
     for warning in peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=False):
         print(f"exatrain: {warning}", file=sys.stderr)
-    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *target.words()], max_restarts=args.max_restarts,
-                         own_store=bool(spawns), extra_env=hang_env)
+    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *_runner_options(args), *target.words()],
+                         max_restarts=args.max_restarts, own_store=bool(spawns), extra_env=hang_env)
+
+
+def _runner_options(args) -> list[str]:
+    """The script runner's own options from `exatrain run`'s: ``--label``."""
+    from exatrain.slurm.rank_command import LABEL_OPTION
+
+    return [LABEL_OPTION] if args.label else []
 
 
 def cmd_env(args, overrides: list[str]) -> int:
@@ -298,9 +305,11 @@ def _doctor_verdict(verdict_dir: str, nproc: int, agent_code: int) -> int:
 
 def cmd_scale(args, overrides: list[str]) -> int:
     """Run the study (one training run per world size), then write its report."""
+    from exatrain.tools.report import check_plotting
     from exatrain.tools.scale import parse_counts, run_slurm_study, run_study
 
     cfg = load_config(args.config, overrides)  # bad configuration fails before the first run
+    check_plotting()  # so does a missing matplotlib
     out = Path(args.out)
     config = str(Path(args.config).resolve()) if args.config else None
     if args.nodes:
@@ -319,8 +328,9 @@ def cmd_report(args, extra: list[str]) -> int:
 
 
 def _report(runs: list[str], out: Path) -> int:
-    from exatrain.tools.report import write_report
+    from exatrain.tools.report import check_plotting, write_report
 
+    check_plotting()
     html_path, md_path, _ = write_report(runs, out)
     print(md_path.read_text(), end="")
     print(f"report: {html_path} (tables also in {md_path})")

@@ -122,6 +122,8 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
                                                                   "runs/default)"),
     ]
     r.add_argument("--resolve-master", action="store_true", help="resolve the master host name to an IP address")
+    r.add_argument("--label", action="store_true", help="begin each line the script writes with [rank N] (every "
+                                                        "rank's lines are written whole, with or without it)")
     # old spellings of value options (RENAMED_OPTIONS) take a value too
     r.value_options = {s for action in value_options for s in action.option_strings} | set(RENAMED_OPTIONS["run"])
     return r

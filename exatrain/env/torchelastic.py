@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from exatrain.env._read import check_at_most, check_below, first_set, parse_int, require, require_int
@@ -58,3 +59,17 @@ class TorchElasticEnvironment(ClusterEnvironment):
         # Only reached when MASTER_PORT is unset, which torchrun never leaves it: report that.
         name, value = require(environ, "MASTER_PORT", why=_WHY)
         return check_port(value, name)
+
+
+def worker_error_file(environ: Mapping[str, str] | None = None) -> str | None:
+    """The error file torchrun's agent gives each worker (``TORCHELASTIC_ERROR_FILE``, read by the agent when
+    the worker fails: what torch's ``@record`` writes), else None."""
+    found = first_set(os.environ if environ is None else environ, "TORCHELASTIC_ERROR_FILE")
+    return found[1] if found else None
+
+
+def rank_label(environ: Mapping[str, str] | None = None) -> str:
+    """``[rank N] `` for the RANK this process was given (by torchrun, or by `exatrain run` under srun/mpirun),
+    ``[rank ?] `` without one: what `exatrain run --label` begins each line with."""
+    found = first_set(os.environ if environ is None else environ, "RANK")
+    return f"[rank {found[1] if found else '?'}] "

@@ -30,8 +30,9 @@ def describe_failure(rank: int, failure, others: int) -> str:
         except ValueError:
             how = f"signal {-failure.exitcode}"
     more = f"; {others} other worker(s) ended with it" if others else ""
-    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed with {how}{_reported(failure)}"
-            f"{more}\n"
+    first = " first" if others else ""
+    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed{first} with {how}"
+            f"{_reported(failure)}{more}\n{_last_lines(rank, failure)}"
             "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
             "the workers after a failure")
 
@@ -47,6 +48,28 @@ def _reported(failure) -> str:
     return f": {text.splitlines()[0]}" if text else ""
 
 
+def _extra(failure) -> dict:
+    message = (failure.error_file_data or {}).get("message")
+    return message.get("extraInfo", {}) if isinstance(message, dict) else {}
+
+
+def _last_lines(rank: int, failure) -> str:
+    """The failed rank's last lines of output, as `launch.script_runner` recorded them, indented."""
+    last = _extra(failure).get("exatrain_last_lines") or []
+    return "".join([f"rank {rank}'s last lines:\n", *(f"    {line}\n" for line in last)]) if last else ""
+
+
+def first_failure(failures: dict):
+    """(rank, failure) of the worker that failed first: by the script runner's nanosecond time where it
+    recorded one (torch's own choice compares whole seconds, and then takes the lowest rank), else the
+    failure's own timestamp; a worker with no record (killed by the agent after another failed) is last."""
+    def when(rank: int):
+        ns = _extra(failures[rank]).get("exatrain_time_ns")
+        return (0, ns, rank) if isinstance(ns, int) else (1, failures[rank].timestamp, rank)
+    rank = min(failures, key=when)
+    return rank, failures[rank]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the workers to completion; 0, or the first failed worker's exit code."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -59,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"exatrain: the agent received {e.sigval.name} and passed it to the workers", file=sys.stderr, flush=True)
         return 128 + int(e.sigval)
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
+        rank, failure = first_failure(e.failures)
         print(f"exatrain: error: {describe_failure(rank, failure, len(e.failures) - 1)}", file=sys.stderr, flush=True)
         return failure_exit_code(failure.exitcode)
     except KeyboardInterrupt:

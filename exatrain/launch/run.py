@@ -41,10 +41,10 @@ class Target:
         """``SCRIPT ARGS`` or ``-m MODULE ARGS``, as torchrun and `launch.script_runner` take them."""
         return [*(["-m", self.name] if self.is_module else [self.name]), *self.args]
 
-    def argv(self) -> list[str]:
+    def argv(self, options: list[str] | None = None) -> list[str]:
         """The interpreter arguments after the interpreter itself: `launch.script_runner` runs the target
-        (see there why)."""
-        return script_runner_argv(self.words())
+        (see there why), with the runner's own ``options``."""
+        return script_runner_argv(self.words(), options)
 
 
 def check_target(target: Target | None, cwd: str | None = None) -> Target:
@@ -171,8 +171,9 @@ def rank_environment(env: ClusterEnvironment, environ: Mapping[str, str], *, mas
     return {**environ, **torch_variables(env)}, notes + ([note] if note else [])
 
 
-def exec_rank(target: Target, child_env: dict[str, str]) -> None:
-    """Replace this process with the script (same PID; its exit code becomes this task's)."""
+def exec_rank(target: Target, child_env: dict[str, str], options: list[str] | None = None) -> None:
+    """Replace this process with the script (same PID; its exit code becomes this task's); ``options`` are
+    the script runner's (``--label``)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *target.argv()], child_env)
+    os.execve(sys.executable, [sys.executable, *target.argv(options)], child_env)

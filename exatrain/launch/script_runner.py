@@ -14,7 +14,11 @@ does before finalizing (joins non-daemon threads, runs atexit handlers), frees t
 every open file, and leaves with ``os._exit`` as multiprocessing's child processes do. The one difference a
 script can see: objects still referenced at exit (from another module's globals, say) are not finalized.
 
-Options before the script (never seen by it): ``--gpu-cpu-masks=M0,M1,...`` binds a torchrun worker to the
+Every line the script writes to stdout or stderr goes out whole (`launch.lines`: torchrun's ``python -u`` would
+write each ``print`` argument on its own, mixing ranks' lines); the option ``--label`` (first) begins each line
+with ``[rank N] ``. A failed script's message and last lines go to torchrun's error file for the agent.
+
+Options before the script (never seen by it): ``--label``, then ``--gpu-cpu-masks=M0,M1,...`` binds a torchrun worker to the
 mask of the node's GPU behind its local rank, ``--cpu-masks=M0,M1,...`` to the mask of its local rank (CPU
 nodes), before the script allocates anything (`env.affinity.bind_worker`, as exatrain.init does). The torchrun
 mode of `exatrain submit` passes the job's masks (`launch.binding`): its one task per node holds all the
@@ -34,7 +38,8 @@ import runpy
 import signal
 import sys
 
-from exatrain.slurm.rank_command import MASK_OPTIONS
+from exatrain.launch import lines
+from exatrain.slurm.rank_command import LABEL_OPTION, MASK_OPTIONS
 
 _USAGE = ("usage: python -m exatrain.launch.script_runner [--gpu-cpu-masks=M,... | --cpu-masks=M,...] "
           "SCRIPT.py [ARGS...] | -m MODULE [ARGS...]")
@@ -42,7 +47,7 @@ _HEX = re.compile(r"0[xX][0-9a-fA-F]+")
 
 
 def parse_options(argv: list[str]) -> tuple[tuple[str, ...], bool, list[str]]:
-    """Split the runner's own options off ``argv``: (masks, whether per GPU, the target's words)."""
+    """Split the runner's own mask option off ``argv``: (masks, whether per GPU, the target's words)."""
     masks: tuple[str, ...] = ()
     per_gpu = False
     while argv and argv[0].split("=", 1)[0] in MASK_OPTIONS:
@@ -144,9 +149,13 @@ def _print_uncaught(e: BaseException) -> None:
 
 
 def _flush_open_files() -> None:
-    """Write out what files the script left open still buffer (python's finalization would close them)."""
+    """Write out what files the script left open still buffer (python's finalization would close them).
+
+    The test is on ``type(obj)``: ``isinstance`` reads ``obj.__class__``, which runs the attribute hooks of
+    whatever the script left alive (torch's deprecated ``torch.distributed.reduce_op`` warns when touched).
+    """
     for obj in gc.get_objects():
-        if isinstance(obj, io.IOBase):
+        if issubclass(type(obj), io.IOBase):
             try:
                 if not obj.closed:
                     obj.flush()
@@ -154,25 +163,39 @@ def _flush_open_files() -> None:
                 pass  # a broken pipe or a detached buffer: python's own close would fail the same way
 
 
-def _leave(code: int, interrupted: bool = False) -> None:
-    """End the process as python would after the script, minus finalization (see the module docstring)."""
+def _leave(code: int, interrupted: bool = False, report=lambda: None) -> None:
+    """End the process as python would after the script, minus finalization (see the module docstring);
+    ``report`` runs once the output is flushed."""
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()  # wait for non-daemon threads, as Py_FinalizeEx does first
     atexit._run_exitfuncs()  # the script's (and torch's, logging's, multiprocessing's) exit handlers, in order
     gc.collect()  # free the script's models and process groups while the interpreter is whole
     _flush_open_files()
+    report()
     if interrupted:  # python ends by SIGINT after an uncaught KeyboardInterrupt, so the shell sees it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     os._exit(code & 0xFF)  # exit() keeps the low byte of the status too
 
 
+def label_option(argv: list[str]) -> tuple[str, list[str]]:
+    """Split ``--label`` off ``argv``: the prefix of this rank's lines (``[rank N] ``, N from RANK) or ""."""
+    if argv[:1] != [LABEL_OPTION]:
+        return "", argv
+    from exatrain.env.torchelastic import rank_label
+
+    return rank_label(), argv[1:]
+
+
 def main() -> None:
     """Run the target and leave with its exit status; an uncaught exception is printed as python prints it
-    and exits 1; an uncaught KeyboardInterrupt ends the process by SIGINT, as under python."""
-    interrupted = False
-    masks, per_gpu, target = parse_options(sys.argv[1:])
+    and exits 1; an uncaught KeyboardInterrupt ends the process by SIGINT, as under python. Its output goes
+    out in whole lines (`launch.lines`); a failure is recorded for torchrun's agent."""
+    interrupted, failure = False, None
+    label, argv = label_option(sys.argv[1:])
+    tail = lines.install(label)
+    masks, per_gpu, target = parse_options(argv)
     if masks:
         bind(masks, per_gpu)
     refuse_spawning_in_shared_store(target)
@@ -183,11 +206,17 @@ def main() -> None:
         code = _exit_code(e)
     except KeyboardInterrupt as e:
         _print_uncaught(e)
-        code, interrupted = 128 + signal.SIGINT, True
+        code, interrupted, failure = 128 + signal.SIGINT, True, "KeyboardInterrupt"
     except Exception as e:  # the script's own error, reported as python reports it
         _print_uncaught(e)
-        code = 1
-    _leave(code, interrupted)
+        code, failure = 1, f"{type(e).__name__}: {e}"
+    _leave(code, interrupted, lambda: code and _record(failure or f"exit code {code}", tail))
+
+
+def _record(message: str, tail) -> None:
+    from exatrain.env.torchelastic import worker_error_file
+
+    lines.record_failure(message, tail, worker_error_file())
 
 
 if __name__ == "__main__":

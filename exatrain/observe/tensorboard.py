@@ -1,7 +1,8 @@
 """TensorBoard event files of a run (RUN_DIR/tensorboard), written on rank 0 with the `tensorboard` package.
 
 Uses torch.utils.tensorboard.SummaryWriter (which writes through the tensorboard package's event-file
-writer). The package is optional: `pip install 'exatrain[tensorboard]'`.
+writer). The package is a dependency of exatrain (a site's own environment may still lack it: then
+"auto" writes nothing and "on" is refused at start).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def wants_tensorboard(setting: str) -> bool:
         return False
     if setting == "on" and not tensorboard_available():
         raise ExatrainError("observe.tensorboard = on, but the tensorboard package is not installed",
-                            "pip install 'exatrain[tensorboard]' (or set observe.tensorboard = auto)")
+                            "pip install tensorboard (a dependency of exatrain: `pip install exatrain` installs it; "
+                            "or set observe.tensorboard = auto)")
     return tensorboard_available()
 
 

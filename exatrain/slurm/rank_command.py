@@ -13,6 +13,7 @@ from exatrain.errors import ConfigError
 
 _PYTHON = re.compile(r"python[0-9.]*")
 SCRIPT_RUNNER = "exatrain.launch.script_runner"  # how exatrain starts a Python script in a rank
+LABEL_OPTION = "--label"  # the runner's option that begins each line of a rank with "[rank N] "
 MASK_OPTIONS = {"--gpu-cpu-masks": True, "--cpu-masks": False}  # option -> masks are per GPU (else per local rank)
 
 

@@ -87,6 +87,17 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def check_plotting() -> None:
+    """Raise ExatrainError (with a HINT) when matplotlib is missing: `exatrain scale` asks before its first
+    run, so a study never trains for an hour and then fails at its report."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ExatrainError("the report's plots need matplotlib, which is not installed in this environment",
+                            "pip install matplotlib (a dependency of exatrain: `pip install exatrain` installs it; "
+                            "so does `pip install 'exatrain[report]'`)")
+
+
 def figures(rows: list[dict]) -> list[tuple[str, str]]:
     """(title, base64 PNG) of each plot."""
     import matplotlib

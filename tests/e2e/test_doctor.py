@@ -13,9 +13,13 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
     r = exatrain_cli("doctor", "--nproc=2", "--max-size=64KiB", "--iters=2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "exatrain doctor: 2 rank(s) on 1 node(s), backend gloo" in r.stdout
-    sizes = re.findall(r"│\s+(\d+ KiB) │\s+[\d,]+ us │\s+([\d.]+) │\s+([\d.]+) │", r.stdout)
-    assert [s for s, _, _ in sizes] == ["1 KiB", "4 KiB", "16 KiB", "64 KiB"]
-    assert all(float(bus) > 0 for _, _, bus in sizes)
+    sizes = re.findall(r"│\s+(\d+) KiB │\s+([\d,]+) us │\s+([\d.]+) │\s+([\d.]+) │", r.stdout)
+    assert [int(kib) for kib, _, _, _ in sizes] == [1, 4, 16, 64]
+    for kib, us, alg, bus in sizes:  # as printed: time to 1 us, bandwidths to 3 significant digits
+        t_us = int(us.replace(",", ""))
+        algbw = int(kib) * 1024 / (t_us * 1e-6) / 1e9  # nccl-tests: algbw = bytes / time
+        assert float(alg) > 0 and float(alg) == pytest.approx(algbw, rel=0.6 / t_us + 0.006), (kib, us, alg)
+        assert float(bus) == pytest.approx(float(alg) * 2 * (2 - 1) / 2, rel=0.01), (alg, bus)  # x 2(n-1)/n, n = 2
     assert "doctor: all checks passed" in r.stdout
     # what the hang watcher can use (docs/hangs.md): gloo's flight recorder, py-spy of the test extra
     assert "hang detection: torch's flight recorder answers on 2 of 2 rank(s); py-spy /" in r.stdout

@@ -18,6 +18,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,13 +77,37 @@ def test_readme_has_exactly_the_two_setup_commands():
     assert "bash scripts/test.sh" in ci
 
 
-def test_main_command_trains_and_cuts_perplexity():
+def _fresh_checkout(folder):
+    """The repository's tracked files (as a clone has them) in ``folder``, with an empty venv in its `.venv`
+    whose path already holds torch and exatrain's other dependencies (tests/e2e/plain_venv.py's folder of
+    links; install.sh keeps a venv's torch, as on a cluster's site torch): install.sh then really installs
+    exatrain there, without downloading torch again."""
+    from tests.e2e.plain_venv import core_closure, link_farm
+
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes((ROOT / name).read_bytes())
+    subprocess.run([sys.executable, "-m", "venv", str(folder / ".venv")], check=True)
+    link_farm(folder.parent / "deps", core_closure())
+    site = subprocess.run([str(folder / ".venv" / "bin" / "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "site_deps.pth").write_text(f"{folder.parent / 'deps'}\n")
+
+
+def test_main_command_trains_and_cuts_perplexity(tmp_path):
     main = [b["body"] for b in _blocks() if b["lang"] == "bash"][0]
-    # the README command as written, run from the repository root (where a new user runs it)
-    r = subprocess.run(["bash", "-c", main], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    repo = tmp_path / "exatrain"
+    _fresh_checkout(repo)
+    # the README command as written, run from the root of a fresh checkout (where a new user runs it)
+    r = subprocess.run(["bash", "-c", main], cwd=repo, capture_output=True, text=True, timeout=900,
+                       env=clean_environment(None))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "install: exatrain\n" in r.stdout and "already installed" not in r.stdout, r.stdout[:2000]
     assert "validation perplexity" in r.stdout
-    summary = json.loads((ROOT / "runs" / "default" / "summary.json").read_text())
+    summary = json.loads((repo / "runs" / "default" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["weights_in_sync"]
     start, end = summary["initial_eval"]["perplexity"], summary["final_eval"]["perplexity"]
     assert end < start / 5, f"perplexity {start:.1f} -> {end:.1f}: not well below the untrained model's"
@@ -106,9 +132,32 @@ def test_readme_block_runs(block, tmp_path):
         (tmp_path / name).write_text(text)
     env = clean_environment(None)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    outputs = []
     for command in _commands(block["body"]):
         run_as = _fast(command, block["body"])
         r = subprocess.run(["bash", "-c", run_as], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, (f"{block['page']}: command failed: {command}\n(run as: {run_as})\n"
                                    f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}\nHINT: fix the command or the code; "
                                    f"{HOW_TO_MARK}")
+        outputs.append(r.stdout + r.stderr)
+    for marker, check in PROMISES.items():
+        if marker in block["body"]:
+            check(tmp_path, outputs)
+
+
+def _checkpoint_block(folder, outputs):
+    """Checkpoints and resuming: step-50, step-100, ... written (the newest 3 kept, checkpoint.keep's
+    default); the 1-rank run continues from step-300 and trains on to step 400; the export writes model.pt;
+    the elastic run finishes with its own checkpoints."""
+    first, resumed, exported, elastic = outputs
+    assert all(f"checkpoints/step-{n} committed" in first for n in range(50, 301, 50)), first[-2000:]
+    assert "resumed from" in resumed and "at step 300" in resumed, resumed[-2000:]
+    kept = sorted(p.name for p in (folder / "runs" / "default" / "checkpoints").glob("step-*"))
+    assert kept == ["step-300", "step-350", "step-400"]
+    assert json.loads((folder / "runs" / "default" / "summary.json").read_text())["world_size"] == 1
+    assert (folder / "model.pt").stat().st_size > 0
+    assert (folder / "runs" / "elastic" / "checkpoints" / "step-300").is_dir()
+
+
+# What a block promises beyond its exit status, checked after it ran (keyed by a text only that block has).
+PROMISES = {"--checkpoint.resume=auto --train.steps=400": _checkpoint_block}

@@ -43,3 +43,19 @@ def test_gpu_mfu_code_path_runs_on_the_cpu_and_every_side_trains_the_same_model(
     assert set(first) == {"plain", "exatrain", "fsdp"}, r.stdout
     assert max(first.values()) - min(first.values()) < 1e-4, first
     assert "ratio exatrain/plain tokens/s" in r.stdout
+
+
+def test_engines_benchmark_rotates_the_order_so_each_engine_holds_every_place():
+    from benchmarks.engines import ENGINES, MIN_ROUNDS, order
+
+    names = list(ENGINES)
+    rounds = [order(r, names) for r in range(len(names))]
+    assert all(sorted(r) == sorted(names) for r in rounds)
+    assert all(sorted(r[place] for r in rounds) == sorted(names) for place in range(len(names)))
+    assert MIN_ROUNDS >= 5
+
+
+def test_engines_benchmark_refuses_fewer_than_five_rounds():
+    r = subprocess.run([sys.executable, "-m", "benchmarks.engines", "--rounds", "2"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--rounds 2: fewer than 5 rounds" in r.stderr, r.stderr

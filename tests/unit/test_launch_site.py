@@ -35,10 +35,18 @@ def test_lumi_exports_every_mandatory_libfabric_setting():
 @pytest.mark.parametrize("profile", bundled_profiles())
 @pytest.mark.parametrize("mode", ["srun", "torchrun"])
 def test_gloo_uses_the_interfaces_nccl_uses(profile, mode):
-    """gloo groups (CPU collectives, async saves) must not pick another interface than NCCL/RCCL."""
+    """gloo groups (CPU collectives, async saves) must not pick another interface than NCCL/RCCL: a site
+    profile pins both to its fabric's interfaces (LUMI-G: hsn0..3, seed 002), a generic one knows no
+    interface names and pins neither."""
     exports = _exports(render_sbatch(JobSpec(launch=mode), load_profile(profile), "runs/x"))
-    if "NCCL_SOCKET_IFNAME" in exports:
-        assert exports.get("GLOO_SOCKET_IFNAME") == exports["NCCL_SOCKET_IFNAME"]
+    gloo, nccl = exports.get("GLOO_SOCKET_IFNAME"), exports.get("NCCL_SOCKET_IFNAME")
+    assert gloo == nccl
+    if profile == "cpu" or profile.startswith("generic-"):
+        assert nccl is None
+    else:
+        assert nccl and "lo" not in nccl.split(",")
+    if profile == "lumi-g":
+        assert nccl == "hsn0,hsn1,hsn2,hsn3"
 
 
 def _user_profile(tmp_path, comm_env):
