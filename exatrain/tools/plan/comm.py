@@ -18,7 +18,7 @@ DTensors, and each AdamW operation that reads one all-reduces it again (measured
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from types import SimpleNamespace
 
@@ -63,6 +63,7 @@ class Collective:
     group_size: int
     count: int
     bytes: int  # nccl-tests' S summed over the calls
+    ranks: tuple[int, ...] = field(default=(), compare=False)  # the group's global ranks (of one call)
 
 
 def tensor_bytes(x) -> int:
@@ -138,12 +139,13 @@ def dim_label(ranks: tuple[int, ...], dims: ParallelDims) -> str:
 
 def summarize(calls, dims: ParallelDims) -> list[Collective]:
     """Group recorded calls by (kind, mesh dimension): count and bytes, sorted by bytes (largest first)."""
-    table: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
+    table: dict[tuple[str, str, int], list] = defaultdict(lambda: [0, 0, ()])
     for kind, ranks, nbytes in calls:
         entry = table[(kind, dim_label(ranks, dims), len(ranks))]
         entry[0] += 1
         entry[1] += nbytes
-    return sorted((Collective(k, d, g, c, b) for (k, d, g), (c, b) in table.items()),
+        entry[2] = ranks
+    return sorted((Collective(k, d, g, c, b, r) for (k, d, g), (c, b, r) in table.items()),
                   key=lambda c: (-c.bytes, c.kind, c.dim))
 
 
@@ -232,7 +234,9 @@ def _nbytes(q: torch.Tensor) -> int:
 
 
 def _autocast(cfg: Config):
-    bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto" and torch.cuda.is_available())
+    """bf16 autocast unless the run asks for fp32 (auto = bf16 on the GPUs a plan is for, as the memory
+    plan assumes); on the CPU autocast, which casts the same matrix products to bf16."""
+    bf16 = cfg.train.precision != "fp32"
     return lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
 
@@ -303,7 +307,8 @@ def _pipeline_engine(cfg: Config, dims: ParallelDims, stages, loss_parallel: boo
 
 
 def comm_table(collectives: list[Collective]) -> dict[str, dict]:
-    """{"kind over dim": {count, bytes, group_size}} for JSON."""
-    return {f"{c.kind} over {c.dim}": {"count": c.count, "bytes": c.bytes, "group_size": c.group_size}
+    """{"kind over dim": {kind, dim, count, bytes, group_size}} for JSON."""
+    return {f"{c.kind} over {c.dim}": {"kind": c.kind, "dim": c.dim, "count": c.count, "bytes": c.bytes,
+                                       "group_size": c.group_size}
             for c in collectives}
 
