@@ -41,7 +41,8 @@ C10D_OPS = {
     "allgather_coalesced_": ("all_gather", 0), "allgather_into_tensor_coalesced_": ("all_gather", 0),
     "_reduce_scatter_base_": ("reduce_scatter", 1), "reduce_scatter_": ("reduce_scatter", 1),
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
-    "broadcast_": ("broadcast", 0), "send": ("send", 0), "recv_": ("recv", 0), "recv_any_source_": ("recv", 0),
+    "broadcast_": ("broadcast", 0), "send": ("send", 0), "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
     "alltoall_": ("all_to_all", 1), "alltoall_base_": ("all_to_all", 1), "reduce_": ("reduce", 0),
     "gather_": ("gather", 1), "scatter_": ("scatter", 0), "barrier": ("barrier", None),
 }
@@ -180,7 +181,8 @@ def _fake_step(cfg: Config, dims: ParallelDims, stages, recorder: CollectiveReco
     optimizer = build_optimizer(parts, cfg.train)
     t = cfg.train
     micro = t.global_batch_size // (t.micro_batch_size * dims.dp)
-    batches = [(torch.zeros(t.micro_batch_size, cfg.data.seq_len, dtype=torch.long),) * 2 for _ in range(micro)]
+    tokens = (t.micro_batch_size, cfg.data.seq_len)
+    batches = [(torch.zeros(tokens, dtype=torch.long),) * 2 for _ in range(micro)]
     ddp = DdpBuckets(parts[0], dims, recorder) if _uses_ddp(dims) else None
 
     def step():
@@ -214,7 +216,8 @@ class DdpBuckets:
     def step_done(self) -> None:
         if self.buckets is None:
             order = list(dict.fromkeys(self.ready[-len(self.params):]))  # the synchronising backward's order
-            self.buckets = self._assign(order) if len(order) == len(self.params) else [list(range(len(self.params)))]
+            everything = [list(range(len(self.params)))]
+            self.buckets = self._assign(order) if len(order) == len(self.params) else everything
             sizes = [sum(_nbytes(self.params[i]) for i in range(len(self.params)))]
         else:
             sizes = [sum(_nbytes(self.params[i]) for i in b) for b in self.buckets]
@@ -248,7 +251,8 @@ def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int):
         stages = build_rank_stages(cfg, dims, vocab_size, dims.coordinate("pp"))
     for _, chunk in stages:
         apply_training_layout(chunk, SimpleNamespace(dims=dims, device=torch.device("cpu")),
-                              dc_replace(cfg.parallel, compile=False), layout="none" if _replicates(dims) else "auto")
+                              dc_replace(cfg.parallel, compile=False),
+                              layout="none" if _replicates(dims) else "auto")
     return stages
 
 
@@ -279,7 +283,8 @@ def _materialise(chunk: torch.nn.Module) -> None:
     for module in chunk.modules():
         for name, q in list(module._parameters.items()):
             if q is not None:
-                module._parameters[name] = torch.nn.Parameter(torch.empty_like(q, device="cpu"), q.requires_grad)
+                fake = torch.empty_like(q, device="cpu")
+                module._parameters[name] = torch.nn.Parameter(fake, q.requires_grad)
 
 
 def _replicates(dims: ParallelDims) -> bool:

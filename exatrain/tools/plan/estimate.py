@@ -55,8 +55,8 @@ def check_hardware(hardware, site: str):
     if missing:
         where = "has no [hardware] table" if hardware is None else f"[hardware] lacks {', '.join(missing)}"
         raise ConfigError(f"--time needs measured hardware constants, but site profile {site!r} {where}",
-                          f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile (measured "
-                          "values, docs/planning.md) and pass its path with --site")
+                          f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile "
+                          "(measured values, docs/planning.md) and pass its path with --site")
     return hardware
 
 
@@ -90,7 +90,9 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     bubble = 0.0
     if inputs.pp > 1:
         bubble = compute * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)
-    optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9) if hw.hbm_gbs else 0.0
+    optimizer = 0.0
+    if hw.hbm_gbs:
+        optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9)
     total = compute + exposed_dp + exposed_other + bubble + optimizer
     tflops = inputs.flops_per_token * inputs.tokens_per_step / total / inputs.world_size / 1e12
     return StepTime(

@@ -84,7 +84,8 @@ def default_vocab(cfg: Config) -> tuple[int, bool]:
 
 
 def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
-              vocab_size: int | None = None, hardware=None, gpus_per_node: int = 0, comm: bool = False) -> Plan:
+              vocab_size: int | None = None, hardware=None, gpus_per_node: int = 0,
+              comm: bool = False) -> Plan:
     """Validate the layout of `cfg` for `world_size` ranks (ConfigError with a HINT when it cannot work)
     and measure/estimate the memory of each representative rank; with `comm`, measure the collectives of
     one step (not yet for pipeline layouts); with `hardware` (a profiles.Hardware with the TIME_KEYS set)
@@ -110,7 +111,8 @@ def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
     predicted = None
     if hardware is not None:
         if collectives is None:
-            raise ConfigError("--time cannot predict pipeline layouts yet: their communication is not measured",
+            raise ConfigError("--time cannot predict pipeline layouts yet: their communication is not "
+                              "measured",
                               "drop --time, or plan the layout without pipeline parallel (--parallel.pp=1)")
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
@@ -127,7 +129,8 @@ def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, n
         notes.append("communication: not measured for pipeline layouts yet")
         return None
     notes.append("communication: every collective of one steady-state step of rank 0 (forward/backward, "
-                 "clipping, AdamW), measured on fake tensors under the fake process group; bytes = nccl-tests' S")
+                 "clipping, AdamW), measured on fake tensors under the fake process group; "
+                 "bytes = nccl-tests' S")
     return measure_step_comm(cfg, world_size, 0, vocab)
 
 
@@ -142,7 +145,8 @@ def _predict(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, shard
         flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
         tokens_per_step=cfg.train.global_batch_size * cfg.data.seq_len,
         recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
-        pp=dims.pp, pp_chunks=p.pp_stages_per_rank, microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
+        pp=dims.pp, pp_chunks=p.pp_stages_per_rank,
+        microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
         local_param_elements=max(s.param_elements for s in shards))
     return estimate.step_time(inputs, collectives, hardware)
 

@@ -55,7 +55,8 @@ def print_plan(plan: Plan) -> None:
         t = plan.time
         parts = ", ".join(f"{k[:-2].replace('_', ' ')} {v * 1e3:.2f} ms" for k, v in t["breakdown"].items())
         mfu = f", MFU {t['mfu']:.1%}" if t["mfu"] is not None else ""
-        console.print(f"predicted step: {t['step_time_s'] * 1e3:.2f} ms ({parts}); {t['tokens_per_s']:,.0f} tokens/s, "
-                      f"{t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}", highlight=False)
+        console.print(f"predicted step: {t['step_time_s'] * 1e3:.2f} ms ({parts}); "
+                      f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
+                      highlight=False)
     for note in plan.assumptions:
         console.print(f"  - {note}", highlight=False, markup=False)
