@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from exatrain.config import load_config, reference, to_toml
+from exatrain.errors import ConfigError
 
 
 def cmd_train(args, overrides: list[str]) -> int:
@@ -352,12 +353,25 @@ def cmd_plan(args, overrides: list[str]) -> int:
     from exatrain.tools.plan.render import print_plan, to_json
 
     cfg = load_config(args.config, overrides)
-    gpu_gb = args.gpu_memory_gb
+    gpu_gb, hardware, per_node = args.gpu_memory_gb, None, 0
+    if args.time and not args.site:
+        raise ConfigError("--time needs the hardware constants of a site profile",
+                          "pass --site NAME|FILE whose [hardware] table sets matmul_tflops, intra_node_busbw_gbs "
+                          "and inter_node_busbw_gbs")
     if args.site:
         from exatrain.slurm import load_profile
+        from exatrain.tools.plan.estimate import check_hardware
 
-        gpu_gb = load_profile(args.site).gpu_memory_gb or None
-    plan = make_plan(cfg, args.world_size, gpu_gb, args.vocab_size)
+        profile = load_profile(args.site)
+        gpu_gb, per_node = profile.gpu_memory_gb or None, profile.gpus_per_node
+        if per_node and args.world_size > per_node and args.world_size % per_node:
+            raise ConfigError(f"--world-size {args.world_size} does not fill whole nodes of site {args.site!r} "
+                              f"(gpus_per_node = {per_node})",
+                              f"use a multiple of {per_node} ranks, or a profile whose gpus_per_node fits the job")
+        if args.time:
+            hardware = check_hardware(profile.hardware, args.site)
+    plan = make_plan(cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node,
+                     comm=True)
     if args.json:
         print(to_json(plan))
     else:

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--world-size", type=int, required=True, help="ranks (GPUs) of the job, up to 16384")
     gpu = pl.add_mutually_exclusive_group()
     gpu.add_argument("--gpu-memory-gb", type=float, help="memory of one GPU in GiB for the verdict")
-    gpu.add_argument("--site", help="site profile (name or .toml path) whose gpu_memory_gb to use")
+    gpu.add_argument("--site", help="site profile (name or .toml path) whose gpu_memory_gb, gpus_per_node and "
+                     "[hardware] constants to use")
+    pl.add_argument("--time", action="store_true",
+                    help="predict the step time from the --site profile's [hardware] table (docs/planning.md)")
     pl.add_argument("--vocab-size", type=int, help="vocabulary size (default: the configured data's)")
     pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

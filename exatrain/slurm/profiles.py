@@ -58,6 +58,21 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """[hardware]: the constants `exatrain plan --time` predicts a step from (0 = not known)."""
+
+    peak_tflops: float = _f("Dense bf16 peak TFLOP/s of one GPU from its data sheet (MFU's denominator).", 0.0)
+    matmul_tflops: float = _f("TFLOP/s one GPU reaches on large bf16 matrix products, measured.", 0.0)
+    intra_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) within a node, GB/s.", 0.0)
+    inter_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) across nodes, GB/s.", 0.0)
+    hbm_gbs: float = _f("Memory bandwidth of one GPU, GB/s (the optimizer step's time); 0 = not modelled.", 0.0)
+
+    def missing(self, keys: tuple[str, ...]) -> list[str]:
+        """The keys of `keys` that are not set (0)."""
+        return [k for k in keys if not getattr(self, k)]
+
+
+@dataclass(frozen=True)
 class SiteProfile:
     """One cluster's node shape, bindings, communication presets, caches and billing rules."""
 
@@ -82,6 +97,8 @@ class SiteProfile:
     partitions: tuple[Partition, ...] = _f("[[partitions]] tables: limits and allocation mode of known partitions.", ())
     container_binds: tuple[str, ...] = _f("Host paths every container must see (LUMI: the Slingshot/CXI libraries "
                                           "and slurmd's spool directory, so RCCL uses the high-speed network).", ())
+    hardware: Hardware | None = field(default=None, metadata={
+        "help": "[hardware] table: performance constants for `exatrain plan --time`; absent = not known."})
 
     def partition_named(self, name: str) -> Partition | None:
         """The [[partitions]] entry of ``name`` (None when the profile does not describe it)."""
@@ -142,6 +159,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     if not isinstance(tables, list):
         raise ConfigError(f"{source}: partitions must be a list of [[partitions]] tables", "write [[partitions]] tables")
     values["partitions"] = tuple(_partition(t, f"{source} [[partitions]] #{i + 1}") for i, t in enumerate(tables))
+    values["hardware"] = _hardware(data["hardware"], f"{source} [hardware]") if "hardware" in data else None
     profile = SiteProfile(**values)
     _check_values(profile, source)
     return profile
@@ -232,6 +250,16 @@ def _rule(data: Any, source: str) -> BillingRule:
         cores_per_gpu=_typed(data, "cores_per_gpu", int, source, 0),
         mem_gb_per_gpu=_typed(data, "mem_gb_per_gpu", float, source, 0.0),
     )
+
+
+def _hardware(data: Any, source: str) -> Hardware:
+    _check_keys(data, Hardware, source, "the hardware table")
+    values = {f.name: _typed(data, f.name, float, source, 0.0) for f in fields(Hardware)}
+    for key, value in values.items():
+        if value < 0:
+            raise ConfigError(f"{source}: {key} = {value:g} is negative",
+                              f"write {key} as a positive number, or leave it out when it is not known")
+    return Hardware(**values)
 
 
 def _partition(data: Any, source: str) -> Partition:

@@ -16,7 +16,9 @@ from exatrain.config import Config
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
-from exatrain.tools.plan import memory
+from exatrain.observe.flops import transformer_flops_per_token
+from exatrain.tools.plan import estimate, memory
+from exatrain.tools.plan.comm import comm_table, measure_step_comm
 from exatrain.tools.plan.layout import RankShards, measure_rank, representative_ranks
 from exatrain.train.preflight import preflight
 
@@ -59,13 +61,17 @@ class Plan:
     ranks: list[RankPlan]
     assumptions: list[str]
     elapsed_s: float
+    comm: dict | None = None  # "kind over dim" -> {count, bytes, group_size} per rank per step (rank 0)
+    time: dict | None = None  # the step-time prediction (estimate.StepTime) when hardware was given
 
     @property
     def peak(self) -> RankPlan:
         return max(self.ranks, key=lambda r: r.total)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "peak_total": self.peak.total, "verdict": self.peak.verdict}
+        out = {**asdict(self), "peak_total": self.peak.total, "verdict": self.peak.verdict}
+        time = out.pop("time") or {}
+        return {**out, **time}  # step_time_s, tokens_per_s, tflops_per_gpu, mfu, breakdown, comm_s at the top
 
 
 def default_vocab(cfg: Config) -> tuple[int, bool]:
@@ -78,9 +84,12 @@ def default_vocab(cfg: Config) -> tuple[int, bool]:
 
 
 def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
-              vocab_size: int | None = None) -> Plan:
+              vocab_size: int | None = None, hardware=None, gpus_per_node: int = 0,
+              comm: bool = False) -> Plan:
     """Validate the layout of `cfg` for `world_size` ranks (ConfigError with a HINT when it cannot work)
-    and measure/estimate the memory of each representative rank."""
+    and measure/estimate the memory of each representative rank; with `comm`, measure the collectives of
+    one step (not yet for pipeline layouts); with `hardware` (a profiles.Hardware with the TIME_KEYS set)
+    and `gpus_per_node`, predict the step time (exatrain.tools.plan.estimate, docs/planning.md)."""
     t0 = time.perf_counter()
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         raise ConfigError(f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {world_size}",
@@ -98,9 +107,65 @@ def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
     notes = assumptions(cfg, dims, spec)
     if assumed:
         notes.insert(0, f"vocabulary of {vocab} assumed for data.kind={cfg.data.kind} (pass --vocab-size)")
+    collectives = _collectives(cfg, dims, world_size, vocab, notes) if comm or hardware is not None else None
+    predicted = None
+    if hardware is not None:
+        if collectives is None:
+            raise ConfigError("--time cannot predict pipeline layouts yet: their communication is not "
+                              "measured",
+                              "drop --time, or plan the layout without pipeline parallel (--parallel.pp=1)")
+        predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
+        notes.append(_time_note(gpus_per_node))
     return Plan(world_size=world_size, layout=dims.describe(), degrees=dims.degrees(), vocab_size=vocab,
                 batch_per_microbatch=spec.batch, seq_len=spec.seq_len, gpu_memory_gb=gpu_memory_gb, ranks=ranks,
-                assumptions=notes, elapsed_s=time.perf_counter() - t0)
+                assumptions=notes, elapsed_s=time.perf_counter() - t0,
+                comm=None if collectives is None else comm_table(collectives),
+                time=None if predicted is None else predicted.to_dict())
+
+
+def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, notes: list[str]):
+    """Rank 0's collectives of one step, measured on fake tensors (None for pipeline layouts)."""
+    if dims.pp_enabled:
+        notes.append("communication: not measured for pipeline layouts yet")
+        return None
+    notes.append("communication: every collective of one steady-state step of rank 0 (forward/backward, "
+                 "clipping, AdamW), measured on fake tensors under the fake process group; "
+                 "bytes = nccl-tests' S")
+    return measure_step_comm(cfg, world_size, 0, vocab)
+
+
+def _predict(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, shards, collectives, hardware,
+             gpus_per_node: int) -> estimate.StepTime:
+    shape = configured_shape(cfg.model)
+    params = shape_params(cfg, vocab)
+    matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as the trainer's MFU counts (train/trainer.py)
+    p = cfg.parallel
+    inputs = estimate.StepInputs(
+        world_size=world_size, gpus_per_node=gpus_per_node or world_size,
+        flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
+        tokens_per_step=cfg.train.global_batch_size * cfg.data.seq_len,
+        recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
+        pp=dims.pp, pp_chunks=p.pp_stages_per_rank,
+        microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
+        local_param_elements=max(s.param_elements for s in shards))
+    return estimate.step_time(inputs, collectives, hardware)
+
+
+def shape_params(cfg: Config, vocab: int) -> int:
+    """Parameters of the whole model (built on the meta device: no memory)."""
+    import torch
+
+    from exatrain.train.model_layout import lm_from_config
+
+    with torch.device("meta"):
+        return lm_from_config(cfg, vocab).num_params()
+
+
+def _time_note(gpus_per_node: int) -> str:
+    return (f"step time: PREDICTION from [hardware] constants (docs/planning.md): compute at matmul_tflops, "
+            f"collectives at nccl-tests' busbw of the links they cross ({gpus_per_node} GPUs per node, ranks "
+            "filling nodes in order), data-parallel traffic hidden behind compute where it fits, tensor "
+            "parallel exposed; not fitted to any measured step")
 
 
 def compute_bytes(cfg: Config) -> int:

@@ -44,5 +44,19 @@ def print_plan(plan: Plan) -> None:
     table.add_row("microbatches in flight", *(str(r.microbatches_in_flight) for r in plan.ranks))
     console.print(table)
     console.print(f"verdict: {plan.peak.verdict} (largest: rank {plan.peak.rank}, {gib(plan.peak.total)})")
+    if plan.comm:
+        comm = Table(title="communication per step (rank 0)")
+        for name in ("collective", "calls", "bytes (nccl-tests S)"):
+            comm.add_column(name, justify="left" if name == "collective" else "right")
+        for name, row in plan.comm.items():
+            comm.add_row(f"{name} ({row['group_size']} ranks)", str(row["count"]), gib(row["bytes"]))
+        console.print(comm)
+    if plan.time:
+        t = plan.time
+        parts = ", ".join(f"{k[:-2].replace('_', ' ')} {v * 1e3:.2f} ms" for k, v in t["breakdown"].items())
+        mfu = f", MFU {t['mfu']:.1%}" if t["mfu"] is not None else ""
+        console.print(f"predicted step: {t['step_time_s'] * 1e3:.2f} ms ({parts}); "
+                      f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
+                      highlight=False)
     for note in plan.assumptions:
-        console.print(f"  - {note}", highlight=False)
+        console.print(f"  - {note}", highlight=False, markup=False)

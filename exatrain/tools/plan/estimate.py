@@ -1,0 +1,112 @@
+"""Step time of a layout from hardware constants (torch-free): compute, exposed communication, bubble.
+
+Nothing here is fitted to a measured step: the inputs are the model's FLOPs, the measured collectives
+of one step (exatrain.tools.plan.comm) and the site's [hardware] constants. Formulas and blind spots are
+documented in docs/planning.md; the names below follow it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from exatrain.errors import ConfigError
+
+TIME_KEYS = ("matmul_tflops", "intra_node_busbw_gbs", "inter_node_busbw_gbs")
+# nccl-tests' bus-bandwidth factor per collective kind (PERFORMANCE.md of nccl-tests): busbw = S / t x factor
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+}
+DATA_PARALLEL = ("dp_replicate", "dp_shard")
+ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq and writes three (fp32)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the step-time model needs besides the collectives."""
+
+    world_size: int
+    gpus_per_node: int
+    flops_per_token: float  # model FLOPs (forward + backward) per token: 6 N + 12 L D T
+    tokens_per_step: int  # global batch x sequence length
+    recompute_factor: float  # 1 + recomputed forward share (activation checkpointing)
+    pp: int
+    pp_chunks: int  # stages per pipeline rank (interleaved schedules)
+    microbatches: int  # pipeline microbatches per step (1 without pipeline parallel)
+    local_param_elements: int  # parameters one rank updates (optimizer step)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float | None
+    breakdown: dict  # compute, exposed communication, bubble, optimizer (seconds)
+    comm_s: dict  # "kind over dim" -> seconds of that collective if not overlapped
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_hardware(hardware, site: str):
+    """The [hardware] table of a profile, or a ConfigError naming the keys a step time needs."""
+    missing = list(TIME_KEYS) if hardware is None else hardware.missing(TIME_KEYS)
+    if missing:
+        where = "has no [hardware] table" if hardware is None else f"[hardware] lacks {', '.join(missing)}"
+        raise ConfigError(f"--time needs measured hardware constants, but site profile {site!r} {where}",
+                          f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile "
+                          "(measured values, docs/planning.md) and pass its path with --site")
+    return hardware
+
+
+def collective_seconds(kind: str, nbytes: int, group_size: int, crosses_nodes: bool, hw) -> float:
+    """nccl-tests' model of one collective: S x busbw factor / busbw of the links its group crosses
+    (send/recv and broadcast: factor 1)."""
+    if group_size <= 1 or nbytes == 0:
+        return 0.0
+    busbw = (hw.inter_node_busbw_gbs if crosses_nodes else hw.intra_node_busbw_gbs) * 1e9
+    return nbytes * BUS_FACTOR.get(kind, lambda n: 1.0)(group_size) / busbw
+
+
+def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
+    """Predict one step: compute + exposed communication + pipeline bubble + optimizer (docs/planning.md)."""
+    compute = inputs.flops_per_token * inputs.tokens_per_step * inputs.recompute_factor / (
+        inputs.world_size * hw.matmul_tflops * 1e12)
+    comm = {}
+    exposed_dp = exposed_other = 0.0
+    dp_total = 0.0
+    for c in collectives:
+        crosses = len({r // inputs.gpus_per_node for r in c.ranks}) > 1  # ranks fill nodes in order
+        t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw)
+        comm[f"{c.kind} over {c.dim}"] = t
+        if set(c.dim.split("+")) <= set(DATA_PARALLEL):
+            dp_total += t
+        else:  # tensor parallel (and anything else) sits in the critical path
+            exposed_other += t
+    # data-parallel gradient/parameter traffic overlaps the backward (DDP buckets, FSDP reduce-scatter) and
+    # the forward (FSDP's prefetched all-gathers): only what the compute cannot hide is exposed
+    exposed_dp = max(0.0, dp_total - compute)
+    bubble = 0.0
+    if inputs.pp > 1:
+        bubble = compute * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)
+    optimizer = 0.0
+    if hw.hbm_gbs:
+        optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9)
+    total = compute + exposed_dp + exposed_other + bubble + optimizer
+    tflops = inputs.flops_per_token * inputs.tokens_per_step / total / inputs.world_size / 1e12
+    return StepTime(
+        step_time_s=total, tokens_per_s=inputs.tokens_per_step / total, tflops_per_gpu=tflops,
+        mfu=tflops / hw.peak_tflops if hw.peak_tflops else None,
+        breakdown={"compute_s": compute, "exposed_comm_s": exposed_dp + exposed_other, "bubble_s": bubble,
+                   "optimizer_s": optimizer},
+        comm_s=comm)
+
+
+def recompute_factor(ac: str, every: int) -> float:
+    """Hardware FLOPs / model FLOPs: a recomputed forward adds 2 of the 6 FLOPs per parameter and token."""
+    if ac == "full":
+        return 4 / 3
+    if ac == "every":
+        return 1 + 1 / (3 * every)
+    return 1.0

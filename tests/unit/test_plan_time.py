@@ -1,0 +1,118 @@
+"""`exatrain plan --time`: the step-time model's arithmetic against hand-computed values, the [hardware]
+table of site profiles, and bad input (a HINT naming the key, never a traceback).
+
+The collectives the model takes are measured (tests/distributed/test_plan_comm.py checks them against real
+ranks); here they are given by hand, so every expected number below is computed from the formulas in
+docs/planning.md, not read from the code under test.
+"""
+
+import json
+
+import pytest
+
+from exatrain.errors import ConfigError
+from exatrain.slurm.profiles import PROFILE_DIR, Hardware, load_profile, profile_from_dict
+from exatrain.tools.plan import estimate
+from exatrain.tools.plan.comm import Collective
+
+HW = Hardware(peak_tflops=400.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=25.0)
+
+
+def _inputs(**kw):
+    base = dict(world_size=8, gpus_per_node=4, flops_per_token=6e9, tokens_per_step=8 * 4096,
+                recompute_factor=1.0, pp=1, pp_chunks=1, microbatches=1, local_param_elements=10**9)
+    return estimate.StepInputs(**{**base, **kw})
+
+
+def test_compute_and_exposed_tensor_parallel():
+    # compute: 6e9 FLOP/token x 32768 tokens / (8 GPUs x 200e12 FLOP/s) = 0.12288 s
+    tp = Collective("all_reduce", "tp", 2, 10, 4 * 10**9, (0, 1))  # within a node: 4e9 x 2(1/2) / 100e9 = 0.04 s
+    t = estimate.step_time(_inputs(), [tp], HW)
+    assert t.breakdown["compute_s"] == pytest.approx(0.12288)
+    assert t.breakdown["exposed_comm_s"] == pytest.approx(0.04)  # TP is never hidden
+    assert t.step_time_s == pytest.approx(0.16288)
+    assert t.tokens_per_s == pytest.approx(32768 / 0.16288)
+    assert t.tflops_per_gpu == pytest.approx(6e9 * 32768 / 0.16288 / 8 / 1e12)
+    assert t.mfu == pytest.approx(t.tflops_per_gpu / 400)
+
+
+def test_data_parallel_hidden_until_it_exceeds_compute_and_inter_node_is_slower():
+    # a dp all-reduce over ranks 0 and 4 crosses nodes (4 GPUs per node): 1e9 x 1 / 25e9 = 0.04 s < compute: hidden
+    small = Collective("all_reduce", "dp_replicate", 2, 5, 10**9, (0, 4))
+    assert estimate.step_time(_inputs(), [small], HW).breakdown["exposed_comm_s"] == 0
+    # 10e9 x 1 / 25e9 = 0.4 s: 0.4 - 0.12288 exposed
+    big = Collective("all_reduce", "dp_replicate", 2, 5, 10 * 10**9, (0, 4))
+    assert estimate.step_time(_inputs(), [big], HW).breakdown["exposed_comm_s"] == pytest.approx(0.4 - 0.12288)
+    # the same group inside one node (8 GPUs per node): 10e9 / 100e9 = 0.1 s < compute: hidden
+    assert estimate.step_time(_inputs(gpus_per_node=8), [big], HW).breakdown["exposed_comm_s"] == 0
+
+
+def test_bus_factors_bubble_recompute_and_optimizer():
+    # all-gather over 4 ranks in a node: S x 3/4 / busbw
+    assert estimate.collective_seconds("all_gather", 4 * 10**9, 4, False, HW) == pytest.approx(0.03)
+    assert estimate.collective_seconds("send", 10**9, 2, True, HW) == pytest.approx(0.04)
+    assert estimate.collective_seconds("all_reduce", 10**9, 1, True, HW) == 0
+    # pipeline bubble: compute x (p - 1) / (m x chunks)
+    t = estimate.step_time(_inputs(pp=4, microbatches=8, pp_chunks=2), [], HW)
+    assert t.breakdown["bubble_s"] == pytest.approx(0.12288 * 3 / 16)
+    assert estimate.recompute_factor("full", 1) == pytest.approx(4 / 3)
+    assert estimate.recompute_factor("every", 2) == pytest.approx(1 + 1 / 6)
+    # AdamW: 28 bytes per element at hbm_gbs
+    hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
+    assert estimate.step_time(_inputs(), [], hbm).breakdown["optimizer_s"] == pytest.approx(28e9 / 1e12)
+
+
+def test_hardware_table_is_parsed_and_validated(tmp_path):
+    from exatrain.config.load import read_toml
+
+    assert load_profile("lumi-g").hardware.peak_tflops == 191.5  # half an MI250X (one GCD)
+    assert load_profile("cpu").hardware is None
+    data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
+    ok = profile_from_dict({**data, "hardware": {"matmul_tflops": 150, "inter_node_busbw_gbs": 20.5}})
+    assert ok.hardware.matmul_tflops == 150.0 and ok.hardware.missing(estimate.TIME_KEYS) == ["intra_node_busbw_gbs"]
+    with pytest.raises(ConfigError, match="matmul_tflops = -1 is negative"):
+        profile_from_dict({**data, "hardware": {"matmul_tflops": -1}})
+    with pytest.raises(ConfigError, match="unknown key"):
+        profile_from_dict({**data, "hardware": {"matmul_tflop": 1.0}})
+
+
+def _site(tmp_path, **hardware) -> str:
+    text = (PROFILE_DIR / "juwels-booster.toml").read_text().replace("peak_tflops = 312.0", "\n".join(
+        f"{k} = {v}" for k, v in {"peak_tflops": 312.0, **hardware}.items()))
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("site, expected", [
+    ("lumi-g", "[hardware] lacks matmul_tflops, intra_node_busbw_gbs, inter_node_busbw_gbs"),
+    ("cpu", "has no [hardware] table"),
+])
+def test_time_without_hardware_names_the_keys(exatrain_cli, site, expected):
+    r = exatrain_cli("plan", "--world-size", "8", "--site", site, "--time", "--model.size=tiny")
+    assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):
+    r = exatrain_cli("plan", "--world-size", "6", "--site", "juwels-booster", "--model.size=tiny")
+    assert r.returncode == 2 and "gpus_per_node = 4" in r.stderr and "HINT:" in r.stderr, r.stderr
+    r = exatrain_cli("plan", "--world-size", "4", "--time", "--model.size=tiny")
+    assert r.returncode == 2 and "--site" in r.stderr and "HINT:" in r.stderr, r.stderr
+
+
+def test_json_has_the_prediction(exatrain_cli, tmp_path):
+    site = _site(tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0)
+    r = exatrain_cli("plan", "--world-size", "4", "--site", site, "--time", "--json", "--model.size=tiny",
+                     "--data.seq_len=64", "--train.micro_batch_size=2", "--train.global_batch_size=8",
+                     "--parallel.dp_shard=2", "--parallel.tp=2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    b = plan["breakdown"]
+    assert plan["step_time_s"] == pytest.approx(sum(b.values()))
+    assert plan["tokens_per_s"] == pytest.approx(8 * 64 / plan["step_time_s"])
+    assert plan["mfu"] == pytest.approx(plan["tflops_per_gpu"] / 312)
+    # FSDP over dp_shard gathers and reduce-scatters, TP all-reduces: each row with calls and bytes
+    assert {"all_gather over dp_shard", "reduce_scatter over dp_shard"} <= set(plan["comm"])
+    assert any(k.endswith("over tp") for k in plan["comm"])
+    assert all(row["count"] > 0 and row["bytes"] > 0 for k, row in plan["comm"].items() if k != "all_reduce over self")
