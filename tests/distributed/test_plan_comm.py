@@ -24,7 +24,7 @@ from exatrain.config import load_config
 from exatrain.distributed import init_distributed, teardown
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.tools.plan.comm import dim_label, measure_step_comm
-from exatrain.train.run import prepare_data
+from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 from tests.distributed.helpers import spawn
 

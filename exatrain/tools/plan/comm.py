@@ -258,7 +258,7 @@ def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int):
 
 def _build_engine(cfg: Config, dims: ParallelDims, stages):
     """(engine, model parts) of this rank, as train/build.py builds them, materialised as fake tensors."""
-    from exatrain.train.engine import DataParallelEngine
+    from exatrain.train.data_parallel_engine import DataParallelEngine
 
     loss_parallel = dims.tp_enabled and cfg.parallel.loss_parallel
     for _, chunk in stages:
