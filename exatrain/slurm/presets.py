@@ -57,8 +57,8 @@ def job_env(comm_env, presets, multi_node_env, image: str, nodes: int) -> list[t
 def network_flag(env: dict[str, str], extra_sbatch: tuple[str, ...]) -> str:
     """``--network=disable_rdzv_get`` where the job's environment selects alt_read, else "" (both or neither).
 
-    A ``--network`` of the user's (job.extra_sbatch) that already disables rendezvous GET is kept as it is; one
-    that does not would be replaced by sbatch's last-wins rule or replace ours, so it is refused."""
+    A ``--network`` of the user's (job.extra_sbatch) that already disables rendezvous GET is kept as it is;
+    one that does not would replace ours or be replaced by it (sbatch keeps one), so it is refused."""
     if env.get(ALT_READ[0]) != ALT_READ[1]:
         return ""
     own = [f for f in extra_sbatch if f.split("=", 1)[0] == NETWORK_FLAG]
@@ -74,7 +74,7 @@ def network_flag(env: dict[str, str], extra_sbatch: tuple[str, ...]) -> str:
 
 
 def parse_presets(data: Any, source: str, env_table) -> tuple[Preset, ...]:
-    """The profile's [[presets]] tables, checked; ``env_table(table, key, where)`` parses a table of strings."""
+    """The profile's [[presets]] tables, checked; ``env_table(table, key, where)`` reads a string table."""
     if data is None:
         return ()
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
@@ -94,7 +94,8 @@ def _preset(table: dict[str, Any], where: str, env_table) -> Preset:
                           'name = "LUMI AI Factory images, ROCm 7"')
     if not isinstance(images, list) or not images or not all(isinstance(p, str) for p in images):
         raise ConfigError(f"{where} ({name}): images must be a non-empty list of patterns, got {images!r}",
-                          'list shell-style patterns of image paths, e.g. images = ["/appl/local/laifs/containers/*"]'
+                          'list shell-style patterns of image paths, e.g. '
+                          'images = ["/appl/local/laifs/containers/*"]'
                           '; "" stands for a job without a container, "*" for any image')
     source = table.get("source", "")
     if not isinstance(source, str):
@@ -110,5 +111,5 @@ def check_single_node_safe(env: tuple[tuple[str, str], ...], where: str) -> None
     for name in _MULTI_NODE_ONLY:
         if name in dict(env):
             raise ConfigError(f"{where} sets {name}, which would also be exported in one-node jobs",
-                              f"move {name} to [multi_node_env]: exatrain exports it only where a job has more "
-                              "than one node (one node never initialises the network plugin)")
+                              f"move {name} to [multi_node_env]: exatrain exports it only where a job has "
+                              "more than one node (one node never initialises the network plugin)")

@@ -97,7 +97,8 @@ def _network_flags(spec: JobSpec, profile: SiteProfile) -> list[str]:
 def _comm_env(spec: JobSpec, profile: SiteProfile) -> list[tuple[str, str]]:
     """The profile's presets for this job: [comm_env], its container generation's [[presets]] env and, on more
     than one node, [multi_node_env]."""
-    return job_env(profile.comm_env, profile.presets, profile.multi_node_env, spec.container_image, spec.nodes)
+    return job_env(profile.comm_env, profile.presets, profile.multi_node_env, spec.container_image,
+                   spec.nodes)
 
 
 def _sbatch_quote(value: str) -> str:
@@ -283,8 +284,8 @@ if [ "$rc" -eq {EXIT_REQUEUE} ] || [ -e "$RUN_DIR"/{REQUEUE_MARKER} ]; then
     rm -f -- "$RUN_DIR"/{REQUEUE_MARKER}
     scontrol requeue "$SLURM_JOB_ID" || {{
         echo "exatrain: SLURM refused to requeue job $SLURM_JOB_ID; its checkpoint in $RUN_DIR is kept." >&2
-        echo "HINT: submit it again (checkpoint.resume = \"auto\" resumes it), without --no-requeue and" \
-             "with SBATCH_NO_REQUEUE unset, so that it requeues itself next time." >&2
+        echo "HINT: submit it again (checkpoint.resume = 'auto' resumes it), without --no-requeue" >&2
+        echo "and with SBATCH_NO_REQUEUE unset, so that it requeues itself next time." >&2
     }}
 fi
 exit "$rc"

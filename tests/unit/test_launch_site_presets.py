@@ -23,8 +23,8 @@ OLD = "/appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pyt
 
 
 def _exports(text):
-    return dict(line[len("export "):].split("=", 1) for line in text.splitlines() if line.startswith("export ")
-                and "=" in line and not line.startswith("export SINGULARITYENV_"))
+    lines = [line for line in text.splitlines() if line.startswith("export ") and "=" in line]
+    return dict(line[len("export "):].split("=", 1) for line in lines if "ENV_" not in line.split("=")[0])
 
 
 def _sbatch(text):
@@ -66,7 +66,8 @@ def test_a_job_that_drops_alt_read_drops_the_network_flag_too():
 
 def test_a_users_network_flag_is_kept_when_it_disables_rdzv_get_and_refused_when_not():
     text = _lumi(nodes=2, extra_sbatch=("--network=single_node_vni,disable_rdzv_get",))
-    assert [f for f in _sbatch(text) if f.startswith("--network")] == ["--network=single_node_vni,disable_rdzv_get"]
+    network = [f for f in _sbatch(text) if f.startswith("--network")]
+    assert network == ["--network=single_node_vni,disable_rdzv_get"]
     with pytest.raises(ConfigError, match="drops the --network=disable_rdzv_get") as exc:
         _lumi(nodes=2, extra_sbatch=("--network=single_node_vni",))
     assert "--network=single_node_vni,disable_rdzv_get" in exc.value.hint
@@ -81,10 +82,11 @@ def test_nccl_net_pins_the_plugin_by_its_registered_name_on_several_nodes_only(i
 
 
 def test_container_generation_decides_the_rccl_presets():
-    """LUMI's AI guide: ROCm 6.4 image with NCCL_SOCKET_IFNAME and NCCL_NET_GDR_LEVEL (February 2026), the ROCm 7
-    image without any RCCL variable (May 2026). Interfaces stay in every job (gloo needs them)."""
+    """LUMI's AI guide: ROCm 6.4 image with NCCL_SOCKET_IFNAME and NCCL_NET_GDR_LEVEL (February 2026), the
+    ROCm 7 image without any RCCL variable (May 2026). Interfaces stay in every job (gloo needs them)."""
     rocm7, rocm64, bare = (_exports(_lumi(nodes=2, container_image=i)) for i in (ROCM7, ROCM64, ""))
-    assert not {k for k in rocm7 if k.startswith("FI_") or k in ("NCCL_NET_GDR_LEVEL", "HSA_FORCE_FINE_GRAIN_PCIE")}
+    rccl = ("NCCL_NET_GDR_LEVEL", "HSA_FORCE_FINE_GRAIN_PCIE")
+    assert not {k for k in rocm7 if k.startswith("FI_") or k in rccl}
     for env in (rocm64, bare):
         assert env["NCCL_NET_GDR_LEVEL"] == "PHB" and env["FI_CXI_RDZV_PROTO"] == "alt_read"
     for env in (rocm7, rocm64, bare):
@@ -119,8 +121,8 @@ def _profile_with(tmp_path, text, base="lumi-g"):
     ('[[presets]]\nimages = ["*"]\n', "name must be a non-empty string", "container generation"),
     ('[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nNCCL_NET = "AWS Libfabric"\n', "sets NCCL_NET",
      "[multi_node_env]"),
-    ('[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nFI_CXI_RDZV_PROTO = 1\n', "must be a table of strings",
-     "quote numbers"),
+    ('[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nFI_CXI_RDZV_PROTO = 1\n',
+     "must be a table of strings", "quote numbers"),
 ])
 def test_wrong_preset_entries_are_named_with_a_hint(tmp_path, text, match, hint):
     with pytest.raises(ConfigError, match=match) as exc:
