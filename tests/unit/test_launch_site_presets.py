@@ -144,3 +144,24 @@ def test_first_matching_generation_wins_and_no_match_adds_nothing():
     only_rocm7 = dataclasses.replace(profile, presets=profile.presets[:1])
     text = render_sbatch(JobSpec(nodes=2, container_image="/project/me/own.sif"), only_rocm7, "runs/x")
     assert "FI_CXI_RDZV_PROTO" not in _exports(text) and "# Container generation" not in text
+
+
+def test_a_refused_requeue_keeps_the_exit_code_and_says_how_to_go_on(tmp_path):
+    """Stand-ins for srun (the rank exits 75) and scontrol (refuses, as SLURM does for a job that is not
+    requeueable); the real refusal is in tests/slurm/test_site_presets.py."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/bash\ncase \"$*\" in *exatrain*) exit 75;; esac\nexit 0\n")
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 'Requested operation is presently disabled' >&2\nexit 1\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(render_sbatch(JobSpec(), load_profile("cpu"), str(tmp_path / "run")))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "j",
+           "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "1", "USER": "u"}
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 75, r.stderr
+    assert "SLURM refused to requeue job 4242" in r.stderr
+    assert any(line.startswith("HINT: submit it again") for line in r.stderr.splitlines()), r.stderr
