@@ -7,10 +7,12 @@ unedited except where a test removes the one line whose absence it shows.
   JobRequeue=0 on the shared cluster for its own duration only (scontrol reconfigure) and restores it.
   A user's SBATCH_NO_REQUEUE (or sbatch --no-requeue) wins over #SBATCH --requeue (sbatch reads the script's
   options first, then the environment, then the command line): there the job says why and how to go on.
-- Item 7: #SBATCH --network=disable_rdzv_get on a cluster without the Slingshot switch plugin: slurmctld
-  accepts and stores it (Network= in scontrol show job) and the job runs. NOT reproduced: what
-  switch/hpe_slingshot does with it on LUMI (writes 0 to the NIC's rdzv_get_en for the job), which needs a
-  Cassini NIC; and RCCL/libfabric themselves (no GPUs here).
+- Item 7: #SBATCH --network=disable_rdzv_get on a cluster without the Slingshot switch plugin
+  (SwitchType=switch/none): slurmctld accepts and stores it (Network= in scontrol show job) and the job
+  runs. NOT reproduced: what switch/hpe_slingshot does with it on LUMI (sets the NIC's rdzv_get_en to 0 for
+  the job), which needs a Cassini NIC; RCCL/libfabric themselves (no GPUs here). switch/none checks no
+  value: a misspelt one would be accepted here too (seen on 22.05), so the value is checked by the unit
+  tests against libfabric's and HPE's documentation, not by this cluster.
 - Item 8: generic-nvidia's script on gres GPUs backed by clones of /dev/null: SLURM sets CUDA_VISIBLE_DEVICES
   per task as on a GPU node; every task sees all GPUs of its node and exatrain picks the one of its local
   rank. NOT reproduced: cgroup device isolation (the testbed runs without cgroups; SLURM's variables are
