@@ -190,7 +190,8 @@ class JobSpec(JobConfig):
             if name == "--no-requeue":
                 raise ConfigError(f"job.extra_sbatch entry {flag!r} contradicts the --requeue exatrain writes: "
                                   "SLURM would refuse the requeue after a pre-timeout checkpoint",
-                                  "remove it; a job that should simply end at its time limit sets job.signal = \"\"")
+                                  "remove it: the job requeues itself after the checkpoint it writes on a 'time is up' "
+                                  "signal; a run that should not checkpoint and requeue sets checkpoint.signals = \"\"")
             if name in _GENERATED:
                 raise ConfigError(f"job.extra_sbatch entry {flag!r} duplicates the {name} line exatrain writes",
                                   f"set it through {_GENERATED[name]} instead and remove it from job.extra_sbatch")

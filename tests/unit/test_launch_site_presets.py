@@ -47,7 +47,7 @@ def test_every_script_that_requeues_itself_asks_to_be_requeueable(profile, mode)
 def test_no_requeue_in_extra_sbatch_is_refused_with_a_hint():
     with pytest.raises(ConfigError, match="contradicts the --requeue") as exc:
         JobSpec(extra_sbatch=("--no-requeue",))
-    assert "job.signal" in exc.value.hint
+    assert 'checkpoint.signals = ""' in exc.value.hint
 
 
 @pytest.mark.parametrize("image", ["", OLD, ROCM64, ROCM7])
