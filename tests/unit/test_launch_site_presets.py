@@ -165,3 +165,10 @@ def test_a_refused_requeue_keeps_the_exit_code_and_says_how_to_go_on(tmp_path):
     assert r.returncode == 75, r.stderr
     assert "SLURM refused to requeue job 4242" in r.stderr
     assert any(line.startswith("HINT: submit it again") for line in r.stderr.splitlines()), r.stderr
+
+
+def test_a_job_without_the_plugin_overrides_the_pin_with_nccl_socket():
+    """lumi-g.md: job.env NCCL_NET = "Socket" (NCCL's own TCP transport) wins over [multi_node_env]."""
+    text = _lumi(nodes=2, env=(("NCCL_NET", "Socket"),))
+    exports = [line for line in text.splitlines() if line.startswith("export NCCL_NET=")]
+    assert exports == ["export NCCL_NET='AWS Libfabric'", "export NCCL_NET=Socket"]  # the last one counts
