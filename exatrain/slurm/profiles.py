@@ -12,6 +12,7 @@ from typing import Any
 
 from exatrain.config.load import read_toml
 from exatrain.errors import ConfigError
+from exatrain.slurm.presets import Preset, check_single_node_safe, parse_presets
 from exatrain.slurm.timefmt import parse_slurm_time
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -97,6 +98,9 @@ class SiteProfile:
     partitions: tuple[Partition, ...] = _f("[[partitions]] tables: limits and allocation mode of known partitions.", ())
     container_binds: tuple[str, ...] = _f("Host paths every container must see (LUMI: the Slingshot/CXI libraries "
                                           "and slurmd's spool directory, so RCCL uses the high-speed network).", ())
+    presets: tuple[Preset, ...] = _f("[[presets]] groups: environment per container generation (first group whose "
+                                     "images patterns match job.container_image; \"\" = no container).", ())
+    multi_node_env: tuple[tuple[str, str], ...] = _f("Exported only in jobs of more than one node (NCCL_NET).", ())
     hardware: Hardware | None = field(default=None, metadata={
         "help": "[hardware] table: performance constants for `exatrain plan --time`; absent = not known."})
 
@@ -149,6 +153,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     values["container_binds"] = tuple(_str_list(data, "container_binds", source))
     values["comm_env"] = _with_gloo_interfaces(_str_table(data, "comm_env", source), source)
     values["caches"] = _str_table(data, "caches", source)
+    values.update(_job_dependent_env(data, source))
     rules = data.get("billing")
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: billing must be a list of [[billing]] tables",
@@ -163,6 +168,13 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
     profile = SiteProfile(**values)
     _check_values(profile, source)
     return profile
+
+
+def _job_dependent_env(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """[[presets]] and [multi_node_env] (exatrain.slurm.presets): presets that depend on the job."""
+    check_single_node_safe(_str_table(data, "comm_env", source), f"{source}: [comm_env]")
+    return {"presets": parse_presets(data.get("presets"), source, _str_table),
+            "multi_node_env": _str_table(data, "multi_node_env", source)}
 
 
 def _check_keys(data: Any, cls: type, source: str, what: str) -> None:

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from exatrain.slurm.binding import cpu_binding
+from exatrain.slurm.presets import job_env, network_flag, preset_for
 from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           starts_script_runner, wrap_in_exatrain_run)
@@ -75,7 +76,29 @@ def sbatch_flags(spec: JobSpec, profile: SiteProfile, sweep: Sweep | None = None
         if spec.mem_gb(profile):
             values["--mem-per-gpu"] = f"{spec.mem_gb(profile)}G"
     flags = [f"{flag}={_sbatch_quote(value)}" for flag, value in values.items() if value]
+    flags += _requeue_flags() + _network_flags(spec, profile)
     return sorted(flags + list(spec.extra_sbatch), key=lambda f: (f.split("=")[0], f))
+
+
+def _requeue_flags() -> list[str]:
+    """``--requeue``: the script requeues its job after a pre-timeout checkpoint (``scontrol requeue`` in the
+    tail below, or rank 0's), which SLURM refuses for a job that is not requeueable ("Requested operation is
+    presently disabled"), as every job is by default where a site sets JobRequeue=0 in slurm.conf."""
+    return ["--requeue"]
+
+
+def _network_flags(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    """``--network=disable_rdzv_get`` exactly where the job's environment selects libfabric's alt_read
+    rendezvous protocol (exatrain.slurm.presets.network_flag: both or neither)."""
+    flag = network_flag(dict(_comm_env(spec, profile) + list(spec.env)), spec.extra_sbatch)
+    return [flag] if flag else []
+
+
+def _comm_env(spec: JobSpec, profile: SiteProfile) -> list[tuple[str, str]]:
+    """The profile's presets for this job: [comm_env], its container generation's [[presets]] env and, on more
+    than one node, [multi_node_env]."""
+    return job_env(profile.comm_env, profile.presets, profile.multi_node_env, spec.container_image,
+                   spec.nodes)
 
 
 def _sbatch_quote(value: str) -> str:
@@ -132,16 +155,13 @@ def _config_file(config: tuple[str, str] | None) -> str:
 
 def exported_names(spec: JobSpec, profile: SiteProfile) -> list[str]:
     """Every variable the script exports for the ranks (the container gets each of them too)."""
-    names = [k for k, _ in profile.comm_env] + [k for k, _ in profile.caches] + ["OMP_NUM_THREADS"]
+    names = [k for k, _ in _comm_env(spec, profile)] + [k for k, _ in profile.caches] + ["OMP_NUM_THREADS"]
     names += [k for k, _ in spec.env]
     return sorted(set(names))
 
 
 def _environment(spec: JobSpec, profile: SiteProfile) -> str:
-    lines = []
-    if profile.comm_env:
-        lines.append(f"# Communication presets of profile {profile.name} (see the profile file for their sources).")
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in profile.comm_env]
+    lines = _comm_env_lines(spec, profile)
     if profile.caches:
         lines.append("# Per-node caches on node-local disk: the same path on every node, one directory per node")
         lines.append("# and job, so ranks never share SQLite/lock files over the parallel file system.")
@@ -161,6 +181,23 @@ def _environment(spec: JobSpec, profile: SiteProfile) -> str:
         lines.append(f"# {profile.container_runtime} passes {prefix}NAME into the container as NAME.")
         lines += [f'export {prefix}{k}="${k}"' for k in exported_names(spec, profile)]
     return "\n".join(lines)
+
+
+def _comm_env_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    """The exports of _comm_env, with a comment naming the container generation whose presets apply."""
+    env = _comm_env(spec, profile)
+    if not env:
+        return []
+    lines = [f"# Communication presets of profile {profile.name} (see the profile file for their sources)."]
+    preset = preset_for(spec.container_image, profile.presets)
+    if preset:
+        lines.append(f"# Container generation: {preset.name}.")
+        lines += [f"# Source: {preset.source}"] if preset.source else []
+    if profile.multi_node_env:
+        names = ", ".join(k for k, _ in profile.multi_node_env)
+        lines.append(f"# {names}: only in jobs of more than one node" + (" (this one)." if spec.nodes > 1 else
+                                                                        ": not exported here."))
+    return lines + [f"export {k}={shlex.quote(v)}" for k, v in env]
 
 
 def _container(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> list[str]:
@@ -241,9 +278,15 @@ def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
 _REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE} (or, under torchrun, whose agent exits 1 after forwarding a signal, the file
 # RUN_DIR/{REQUEUE_MARKER}): exatrain checkpointed on a pre-timeout signal but could not requeue the job
 # itself (no scontrol where the ranks run, e.g. in a container): the batch shell has the SLURM tools.
+# SLURM refuses the requeue of a job submitted with --no-requeue (or SBATCH_NO_REQUEUE set, which wins
+# over the --requeue above): the checkpoint stays, and the message says how to go on.
 if [ "$rc" -eq {EXIT_REQUEUE} ] || [ -e "$RUN_DIR"/{REQUEUE_MARKER} ]; then
     rm -f -- "$RUN_DIR"/{REQUEUE_MARKER}
-    scontrol requeue "$SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID" || {{
+        echo "exatrain: SLURM refused to requeue job $SLURM_JOB_ID; its checkpoint in $RUN_DIR is kept." >&2
+        echo "HINT: submit it again (checkpoint.resume = 'auto' resumes it), without --no-requeue" >&2
+        echo "and with SBATCH_NO_REQUEUE unset, so that it requeues itself next time." >&2
+    }}
 fi
 exit "$rc"
 """

@@ -25,7 +25,8 @@ _GENERATED = {"--partition": "job.partition", "--time": "job.time", "--nodes": "
               "--error": "job.error", "--ntasks-per-node": "job.gpus_per_node and job.launch",
               "--cpus-per-task": "job.cpus_per_task", "--gpus-per-node": "job.gpus_per_node",
               "--gpus-per-task": "job.gpus_per_node", "--mem-per-gpu": "job.mem_per_gpu_gb",
-              "--array": "--array on the command line", "--open-mode": "nothing (exatrain needs append for requeue)"}
+              "--array": "--array on the command line", "--open-mode": "nothing (exatrain needs append for requeue)",
+              "--requeue": "nothing (the job requeues itself after a pre-timeout checkpoint)"}
 # Flags SLURM refuses or resolves silently next to the generated ones (memory and GPU requests are exclusive).
 _CONFLICTS = {"--mem": "--mem-per-gpu", "--mem-per-cpu": "--mem-per-gpu", "--gres": "--gpus-per-node/--gpus-per-task",
               "--gpus": "--gpus-per-node/--gpus-per-task", "--ntasks": "--ntasks-per-node",
@@ -186,6 +187,11 @@ class JobSpec(JobConfig):
                 raise ConfigError(f"job.extra_sbatch entry {flag!r} is not a long flag",
                                   "write full flags such as \"--exclusive\" or \"--constraint=a100\"")
             name = flag.split("=", 1)[0]
+            if name == "--no-requeue":
+                raise ConfigError(f"job.extra_sbatch entry {flag!r} contradicts the --requeue exatrain writes: "
+                                  "SLURM would refuse the requeue after a pre-timeout checkpoint",
+                                  "remove it: the job requeues itself after the checkpoint it writes on a 'time is up' "
+                                  "signal; a run that should not checkpoint and requeue sets checkpoint.signals = \"\"")
             if name in _GENERATED:
                 raise ConfigError(f"job.extra_sbatch entry {flag!r} duplicates the {name} line exatrain writes",
                                   f"set it through {_GENERATED[name]} instead and remove it from job.extra_sbatch")

@@ -29,8 +29,9 @@ def test_lumi_values():
     p = load_profile("lumi-g")
     assert [int(m, 16) for m in p.cpu_masks] == [gcd_mask(g) for g in range(8)]  # from the GCD-to-CCD table
     env = dict(p.comm_env)
-    assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3" and env["FI_CXI_DEFAULT_TX_SIZE"] == "2048"
-    assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
+    rccl = dict(p.presets[-1].env)  # the generation without a container (and before ROCm 7)
+    assert rccl["FI_CXI_DEFAULT_TX_SIZE"] == "2048" and rccl["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
     assert {"MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TRITON_CACHE_DIR"} <= dict(p.caches).keys()
     assert load_profile("juwels-booster").master_suffix == "i"
 

@@ -122,9 +122,10 @@ def test_torchrun_mode_on_cpu_nodes_passes_one_mask_per_local_rank(tmp_path):
 def test_wrapped_script_sees_all_gpus_of_its_node():
     """A profile that binds one GPU per task would make cuda:LOCAL_RANK invalid for LOCAL_RANK > 0: a wrapped
     script gets --gpus-per-node instead; exatrain's trainer keeps the profile's --gpus-per-task."""
-    script = render_sbatch(dataclasses.replace(SCRIPT_JOB, profile="generic-nvidia"), load_profile("generic-nvidia"), "r")
-    trainer = render_sbatch(JobSpec(nodes=2), load_profile("generic-nvidia"), "r")
-    own = render_sbatch(JobSpec(nodes=2, command=("exatrain", "run", "t.py")), load_profile("generic-nvidia"), "r")
+    per_task = dataclasses.replace(load_profile("generic-nvidia"), visibility="gpus-per-task")  # a user's profile
+    script = render_sbatch(dataclasses.replace(SCRIPT_JOB, profile="generic-nvidia"), per_task, "r")
+    trainer = render_sbatch(JobSpec(nodes=2), per_task, "r")
+    own = render_sbatch(JobSpec(nodes=2, command=("exatrain", "run", "t.py")), per_task, "r")
     assert "#SBATCH --gpus-per-node=4" in script and "--gpus-per-task" not in script
     assert "#SBATCH --gpus-per-node=4" in own  # the user's own `exatrain run` too
     assert "#SBATCH --gpus-per-task=1" in trainer
