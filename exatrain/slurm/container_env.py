@@ -57,10 +57,10 @@ def entry_words(runtime: str, image: str, venv: str, binds: tuple[str, ...]) -> 
     hint = fix_command(runtime, image, venv, binds)
     script = "; ".join([
         activation(venv),
-        "if ! python -c 'import exatrain' 2>/dev/null; then "
+        "if ! python3 -c 'import exatrain' 2>/dev/null; then "
         'if [ "${SLURM_PROCID:-0}" = 0 ]; then '
         f"echo {shlex.quote(f'exatrain: error: exatrain does not import inside the image {image}')}"
-        ' "on $(hostname) (python: $(command -v python))" >&2; '
+        ' "on $(hostname) (python3: $(command -v python3))" >&2; '
         f"echo {shlex.quote(f'HINT: create the venv once on a login node: {hint}, then set job.container_venv')}"
         f" >&2; fi; exit {EXIT_NO_EXATRAIN}; fi",
         'exec "$@"',
@@ -103,7 +103,7 @@ def check_image(runtime: str, image: str, start: str, venv: str, binds: tuple[st
     if not os.path.exists(image):
         raise ExatrainError(f"container image {image} does not exist", "check job.container_image (ls -l it)")
     bind = [f"--bind={','.join(binds)}"] if binds else []
-    script = activation(venv) + f"; exec python -c {shlex.quote(_VERSIONS_PY)}"
+    script = activation(venv) + f"; exec python3 -c {shlex.quote(_VERSIONS_PY)}"
     done = _run([exe, start, *bind, image, "bash", "-c", script], timeout)
     out = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("torch ", "exatrain ")))
     fix = fix_command(runtime, image, venv, binds)

@@ -109,3 +109,65 @@ def lumi_tree(root: Path, project: str = "project_465000001") -> dict[str, Path]
         out[top + "_root"] = root / top
     out["pfs_root"] = root / "pfs"
     return out
+
+
+_SESSION: dict[str, object] = {}
+
+
+def session_root() -> Path:
+    """A fresh folder for this test process's image trees and LUMI-like workspace, removed at exit. Not under
+    /tmp, /var/tmp, $HOME or the current directory: the runtime binds those by default, and a test must see
+    what an unbound path does."""
+    if "root" not in _SESSION:
+        import atexit
+        import shutil
+        import tempfile
+
+        base = Path("/var/lib/exatrain-twin")
+        base.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="session-", dir=base))
+        root.chmod(0o755)
+        atexit.register(shutil.rmtree, root, True)
+        _SESSION["root"] = root
+    return _SESSION["root"]  # type: ignore[return-value]
+
+
+def session_images() -> dict[str, Path]:
+    """build_images(), once per test process."""
+    if "images" not in _SESSION:
+        _SESSION["images"] = build_images(session_root() / "images")
+    return _SESSION["images"]  # type: ignore[return-value]
+
+
+def session_workspace() -> dict[str, Path]:
+    """lumi_tree(), once per test process."""
+    if "ws" not in _SESSION:
+        _SESSION["ws"] = lumi_tree(session_root() / "ws")
+    return _SESSION["ws"]  # type: ignore[return-value]
+
+
+def twin_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the twin's singularity/apptainer and this venv's bin first on PATH."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{TWIN_BIN}:{Path(sys.executable).parent}:{env['PATH']}"
+    return {**env, **(extra or {})}
+
+
+def session_venv(kind: str) -> Path:
+    """A venv with exatrain made through image KIND ('aif': started with run; 'conda': exec) by the real
+    `exatrain container venv`, in the LUMI-like /project/<project> (a link into /pfs), once per process."""
+    import subprocess
+
+    key = "venv-" + kind
+    if key not in _SESSION:
+        ws = session_workspace()
+        venv = ws["project"] / f"venv-{kind}"
+        start = "run" if kind == "aif" else "exec"
+        done = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "container", "venv", f"--start={start}",
+                               str(session_images()[kind]), str(venv)], cwd="/tmp", env=twin_env(),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        _SESSION[key] = venv
+    return _SESSION[key]  # type: ignore[return-value]
