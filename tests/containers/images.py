@@ -52,6 +52,10 @@ def _python_env(tree: Path, prefix: str, with_torch: bool) -> list[str]:
     (root / "bin" / "python3").symlink_to(PY)
     (root / "bin" / "python").symlink_to("python3")
     (root / "bin" / "activate").write_text(f"export VIRTUAL_ENV={prefix}\nexport PATH={prefix}/bin:$PATH\n")
+    if with_torch:  # torch's console script, as pip installs it into the environment's bin
+        run = root / "bin" / "torchrun"
+        run.write_text(f"#!{prefix}/bin/python\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n")
+        run.chmod(0o755)
     lines = []
     for entry in sorted(_host_site().iterdir()):
         if _excluded(entry.name) or (not with_torch and entry.name.startswith("torch")):
