@@ -34,7 +34,6 @@ node_local_tmp = "/tmp"
 container_runtime = "singularity"
 container_binds = [{binds}]
 [comm_env]
-GLOO_SOCKET_IFNAME = "lo"
 [caches]
 [[billing]]
 rule = "gpu-hours"
