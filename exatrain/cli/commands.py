@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from exatrain.config import load_config, reference, to_toml
 from exatrain.errors import ConfigError
+from exatrain.errors import ExatrainError
 
 
 def cmd_train(args, overrides: list[str]) -> int:
@@ -236,6 +238,7 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
 
     job = _prepared(args, overrides)
     runner = runner or SlurmRunner()
+    _check_container(job, dry_run=args.dry_run or args.test_only)
     if args.dry_run:
         print(job.script, end="")
         print(f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
@@ -256,6 +259,52 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
           f"  run dir {job.run_dir}\n  stdout  {out}\n  stderr  {err}\n"
           f"follow it with: exatrain status {job_id}")
     return 0
+
+
+def cmd_container(args, extra: list[str]) -> int:
+    """`container venv IMAGE VENV [PACKAGES]`: create the job's venv through the image, then check it."""
+    from exatrain.slurm.container_env import check_image, source_spec, venv_command
+    from exatrain.slurm.containers import both_names
+
+    venv = str(Path(args.venv).absolute())
+    if Path(venv).exists():
+        raise ExatrainError(f"{venv} already exists", "remove it first (rm -r), or pick another path")
+    source = [source_spec()] if source_spec().startswith("/") else []  # a checkout: pip reads it inside
+    binds = tuple(dict.fromkeys([*args.bind, *map(str, sorted(both_names(Path(venv).parent))), *source]))
+    argv = venv_command(args.runtime, args.image, venv, args.start, binds, tuple(args.packages))
+    print(f"creating {venv} through {args.image}: {shlex.join(argv[:-1])} SCRIPT", file=sys.stderr)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        import shutil
+
+        shutil.rmtree(venv, ignore_errors=True)  # half a venv would pass the existence checks
+        raise ExatrainError(f"creating the venv {venv} through {args.image} failed (exit {done.returncode})",
+                            "read the output above; the image needs python with venv and pip")
+    torch_version, version = check_image(args.runtime, args.image, args.start, venv, binds)
+    print(f"ready: {venv} (exatrain {version}, torch {torch_version} of the image); set job.container_venv = "
+          f"\"{venv}\" and job.container_start = \"{args.start}\"")
+    return 0
+
+
+def _check_container(job, dry_run: bool) -> None:
+    """A container job: its bind paths exist and the image's environment imports torch and exatrain (through
+    the runtime, seconds), before anything is submitted. A dry run without the runtime only says so."""
+    import shutil
+
+    from exatrain.slurm.container_check import check_job
+
+    spec = job.spec
+    if not spec.container_image:
+        return
+    runtime = check_job(job, run_image=not dry_run or shutil.which(_runtime(spec)) is not None)
+    if runtime:
+        print(runtime, file=sys.stderr)
+
+
+def _runtime(spec) -> str:
+    from exatrain.slurm import load_profile
+
+    return load_profile(spec.profile).container_runtime
 
 
 def cmd_status(args, extra: list[str], runner=None) -> int:

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: `exatrain --help` lists the commands in these groups, as git and kubectl do
 COMMAND_GROUPS = {
     "train and run": ["train", "run"],
-    "jobs on a SLURM cluster": ["submit", "sbatch", "cost", "status", "cancel", "monitor"],
+    "jobs on a SLURM cluster": ["submit", "sbatch", "cost", "status", "cancel", "monitor", "container"],
     "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report"],
     "data and checkpoints": ["data", "checkpoint"],
 }
@@ -165,6 +165,7 @@ def _add_job_commands(sub) -> None:
     mode.add_argument("--dry-run", action="store_true", help="print the script and the sbatch command; submit nothing")
     mode.add_argument("--test-only", action="store_true",
                       help="ask SLURM (sbatch --test-only) whether and when it would start the job; queue nothing")
+    _add_container_command(sub)
     st = sub.add_parser("status", allow_abbrev=False, help="show a job's state (default: all your jobs)")
     st.add_argument("job_id", nargs="?", help="job id printed by submit")
     ca = sub.add_parser("cancel", allow_abbrev=False, help="cancel a job (scancel)")
@@ -244,6 +245,23 @@ def _resolve_config(args) -> None:
     print(f"exatrain: note: the config file as the first word of `exatrain {args.command}` is deprecated; "
           f"write: exatrain {args.command} -c {positional}", file=sys.stderr)
     args.config = positional
+
+
+def _add_container_command(sub) -> None:
+    """`container venv IMAGE VENV`: the job's Python environment over a site image (docs/sites/containers.md)."""
+    co = sub.add_parser("container", allow_abbrev=False, help="prepare a container image's environment for jobs")
+    csub = co.add_subparsers(dest="container_command", required=True, metavar="ACTION")
+    v = csub.add_parser("venv", allow_abbrev=False,
+                        help="create a venv through the image (--system-site-packages, on a bound path) with "
+                             "exatrain and PACKAGES in it; then set job.container_venv to its path")
+    v.add_argument("image", help="Singularity/Apptainer image (.sif)")
+    v.add_argument("venv", help="where to create the venv (a path the jobs bind: LUMI /project or /scratch)")
+    v.add_argument("packages", nargs="*", help="further pip requirements to install into it")
+    v.add_argument("--runtime", default="singularity", choices=["singularity", "apptainer"])
+    v.add_argument("--start", default="exec", choices=["exec", "run"],
+                   help="how the image is started (LUMI AI Factory images: run); as job.container_start")
+    v.add_argument("--bind", action="append", default=[], metavar="SRC[:DST]",
+                   help="further bind paths (the venv's folder is bound anyway)")
 
 
 def _overrides(extra: list[str]) -> list[str]:

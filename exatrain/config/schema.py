@@ -189,6 +189,10 @@ class JobConfig:
                                                "the profile's presets.")
     container_image: str = doc("", "Singularity/Apptainer image to run the ranks in; empty = no container.")
     container_binds: tuple[str, ...] = doc((), "Extra --bind paths for the container (src[:dst[:opts]]).")
+    container_venv: str = doc("", "A venv created through the image (`exatrain container venv IMAGE PATH`) that the "
+                                  "ranks activate inside it; it holds exatrain. Empty = the image's own Python.")
+    container_start: str = doc("exec", "How the image starts the ranks: exec, or run (its runscript; LUMI AI "
+                                       "Factory images).")
     launch: str = doc("srun", "srun = one task per GPU started by srun; torchrun = one task per node running "
                               "torchrun with c10d rendezvous on the first node.")
     profile: str = doc("generic-nvidia", "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from exatrain.slurm.binding import cpu_binding
 from exatrain.slurm.presets import job_env, network_flag, preset_for
+from exatrain.slurm.container_env import entry_words
 from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           starts_script_runner, wrap_in_exatrain_run)
@@ -205,9 +206,17 @@ def _container(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> list[str]
     caches, the paths the ranks read or write, and the user's binds."""
     if not spec.container_image:
         return []
-    binds = sorted(set(spec.container_binds) | set(profile.container_binds) | set(rank.binds)
-                   | {rank.run_dir, profile.node_local_tmp})
-    return [profile.container_runtime, "exec", f"--bind={','.join(binds)}", spec.container_image]
+    binds = container_binds(spec, profile, rank.binds, rank.run_dir)
+    return [profile.container_runtime, spec.container_start, f"--bind={','.join(binds)}", spec.container_image,
+            *entry_words(profile.container_runtime, spec.container_image, spec.container_venv,
+                         tuple(b for b in binds if b not in profile.container_binds))]
+
+
+def container_binds(spec: JobSpec, profile: SiteProfile, rank_binds: tuple[str, ...], run_dir: str) -> list[str]:
+    """Every --bind of a container job: the site's (profile), the user's, the ranks' paths, the run directory
+    and the node-local caches."""
+    return sorted(set(spec.container_binds) | set(profile.container_binds) | set(rank_binds)
+                  | {run_dir, profile.node_local_tmp})
 
 
 def _prepare_nodes(spec: JobSpec, profile: SiteProfile) -> str:

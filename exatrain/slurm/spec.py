@@ -133,6 +133,10 @@ class JobSpec(JobConfig):
         if self.launch not in LAUNCH_MODES:
             raise ConfigError(f"job.launch = {self.launch!r} is not a launch mode",
                               "use \"srun\" (one task per GPU) or \"torchrun\" (one task per node, c10d rendezvous)")
+        if self.container_start not in ("exec", "run"):
+            raise ConfigError(f"job.container_start = {self.container_start!r} is neither exec nor run",
+                              "use \"run\" for images whose runscript prepares the environment (LUMI AI Factory), "
+                              "else \"exec\"")
         self._check_time_and_signal()
         self._check_sizes()
         if "/" in self.name or not self.name.strip():

@@ -49,6 +49,7 @@ class Prepared:
     script: str
     config_text: str
     sweep: Sweep | None
+    binds: tuple[str, ...] = ()  # a container job: the paths of the ranks it binds (launch.containers)
 
     @property
     def script_path(self) -> Path:
@@ -89,7 +90,7 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     config_path = _beside_run_dir(run_dir, ".toml")
     binds = rank_paths(cfg, run_dir, Path.cwd()) if spec.container_image else ()
     return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep, binds),
-                    text, sweep)
+                    text, sweep, binds)
 
 
 def _beside_run_dir(run_dir: Path, suffix: str) -> Path:
