@@ -17,10 +17,12 @@ import torch.distributed as dist
 
 from exatrain.distributed.collectives import all_gather_objects
 from exatrain.distributed.join import roll_call
+from exatrain.distributed.variables import set_variables
 from exatrain.env import ClusterEnvironment
 from exatrain.env.base import node_layout
 from exatrain.env.devices import pick_device_index, visibility_problem
 from exatrain.env.master_check import check_master
+from exatrain.env.nics import GLOO_IFNAME, gloo_interfaces
 from exatrain.errors import ConfigError, ExatrainError
 
 
@@ -93,6 +95,9 @@ def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str
     if not env.is_distributed:
         return DistContext(env=env, device=dev, backend=None)
     check_master(env)  # a master that cannot work fails now, not after timeout_s of waiting
+    gloo = gloo_interfaces(os.environ, env.hostname)  # gloo fails on a listed interface this node lacks
+    if gloo:
+        set_variables({GLOO_IFNAME: gloo})
     _export_rendezvous(env)
     store = roll_call(env, timeout_s)
     dist.init_process_group(

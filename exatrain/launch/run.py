@@ -22,6 +22,7 @@ from exatrain.env import ClusterEnvironment
 from exatrain.env.affinity import check_rank, physical_gpu
 from exatrain.env.devices import count_node_gpus, narrowed_ids, pick_device_index, visibility, visibility_problem
 from exatrain.env.master_check import check_master
+from exatrain.env.nics import GLOO_IFNAME, gloo_interfaces
 from exatrain.errors import ConfigError, ExatrainError
 from exatrain.slurm.rank_command import script_runner_argv
 
@@ -160,15 +161,18 @@ def rank_environment(env: ClusterEnvironment, environ: Mapping[str, str], *, mas
                      affinity: str = "warn") -> tuple[dict[str, str], list[str]]:
     """The script's environment (``environ`` plus `torch_variables`) and the warnings to print first.
 
-    Raises ExatrainError for what cannot work: a master address other nodes cannot reach, tasks sharing
-    GPUs, an affinity mismatch under ``affinity="strict"``.
+    Raises ExatrainError for what cannot work: a master address other nodes cannot reach, a GLOO_SOCKET_IFNAME
+    of which this node has no interface (one it has some of is narrowed to those), tasks sharing GPUs, an
+    affinity mismatch under ``affinity="strict"``.
     """
     if affinity not in ("warn", "strict", "off"):
         raise ConfigError(f"--affinity must be warn, strict or off, got {affinity!r}", "use --affinity=warn")
     check_master(env)
+    gloo = gloo_interfaces(environ, env.hostname)  # only the listed interfaces this node has; none: an error
     notes, gpu = device_notes(env, environ)
     note = affinity_note(env, gpu, masks, affinity)
-    return {**environ, **torch_variables(env)}, notes + ([note] if note else [])
+    child = {**environ, **torch_variables(env), **({GLOO_IFNAME: gloo} if gloo else {})}
+    return child, notes + ([note] if note else [])
 
 
 def exec_rank(target: Target, child_env: dict[str, str], options: list[str] | None = None) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from exatrain.env.nics import GLOO_IFNAME
 from exatrain.slurm.binding import cpu_binding
 from exatrain.slurm.presets import job_env, network_flag, preset_for
 from exatrain.slurm.container_env import entry_words
 from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           starts_script_runner, wrap_in_exatrain_run)
+from exatrain.slurm.rendezvous import rendezvous_words
 from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
 from exatrain.slurm.rank_command import mask_option
 from exatrain.slurm.spec import JobSpec
@@ -362,16 +364,39 @@ def _torchrun_script_note(spec: JobSpec) -> list[str]:
             "# finalization (where a gloo thread still holding tensors aborts the worker in torch 2.13)."]
 
 
+def _narrows_gloo(spec: JobSpec, profile: SiteProfile) -> bool:
+    return GLOO_IFNAME in exported_names(spec, profile)
+
+
+def _node_agent(spec: JobSpec, profile: SiteProfile, per_node: list[str]) -> str:
+    """The shell of each node's task: keep the GLOO_SOCKET_IFNAME interfaces this node has (`env.nics`;
+    none of them fails the task at once, naming them), then become torchrun with the per-node options."""
+    is_host = '--rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)"'
+    agent = " ".join(["exec torchrun", is_host, *per_node, '"$@"'])
+    if not _narrows_gloo(spec, profile):
+        return agent
+    return f'G=$(python3 -m exatrain.env.nics) || exit 1; export {GLOO_IFNAME}="$G"; {agent}'
+
+
+def _node_agent_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
+    lines = []
+    if profile.master_suffix:
+        lines += [f"# Each agent advertises its node's name plus {profile.master_suffix!r} (--local-addr): "
+                  "node 0's is the address its workers",
+                  "# get as MASTER_ADDR (torchrun's default, the plain host name, is another network here)."]
+    if _narrows_gloo(spec, profile):
+        lines += [f"# {GLOO_IFNAME} keeps the interfaces each node has (gloo fails on a missing one); a node "
+                  "with none of them", "# fails here, naming them (python3 -m exatrain.env.nics)."]
+    return lines
+
+
 def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     ranks = spec.ranks_per_node(profile)
     container = shlex.join(_container(spec, profile, rank))
     py = (container + " " if container else "") + f"python3 -c {shlex.quote(RDZV_PY)}"
-    is_host = 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"'
-    torchrun = [
-        '--nnodes="$SLURM_NNODES"', f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
-        f'--rdzv-endpoint="$RDZV_HEAD"{shlex.quote(profile.master_suffix) if profile.master_suffix else ""}:"$RDZV_PORT"',
-        '--rdzv-id="$SLURM_JOB_ID"', *_agent_signal_flags(spec), "--no-python",
-    ]
+    shared, per_node = rendezvous_words(profile.master_suffix)
+    torchrun = [shared[0], f"--nproc-per-node={ranks}", *shared[1:], *_agent_signal_flags(spec),
+                "--no-python"]
     lines = [
         "# Rendezvous: the first host of the node list, expanded by exatrain (no scontrol: works in containers),",
         "# and a port derived from the job id so that jobs sharing a node do not collide.",
@@ -383,7 +408,8 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
         "# The agent forwards job.signal to its workers (--signals-to-handle) and waits the signal's lead time",
         "# for their checkpoint before it stops them (--shutdown-timeout).",
-    ] + _torchrun_binding_note(spec, profile) + _torchrun_script_note(spec)
+    ] + _torchrun_binding_note(spec, profile) + _torchrun_script_note(spec) + _node_agent_note(spec, profile)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
-             f"bash -c {shlex.quote(is_host)} torchrun", " ".join(torchrun), _command(spec, profile, rank)]
+             f"bash -c {shlex.quote(_node_agent(spec, profile, per_node))} torchrun", " ".join(torchrun),
+             _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)

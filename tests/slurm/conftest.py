@@ -9,7 +9,9 @@ apt-get when missing). Where that is impossible the tests are skipped, unless ``
 set (CI=true): there they fail, because CI must really run them.
 
 Besides node1..nodeN (default partition ``debug``) the testbed has site-shaped nodes and partitions
-(testbed/sites.conf: LUMI-G, JUWELS Booster, JURECA-DC, generic) for ``sbatch --test-only``.
+(testbed/sites.conf: LUMI-G, JUWELS Booster, JURECA-DC, generic) for ``sbatch --test-only``; the LUMI-G,
+JUWELS Booster and generic ones are site twins, each in a network namespace of its own with the site's
+interfaces and host names (docs/sites/twins.md), where jobs run.
 
 Environment knobs: STB_NODES / STB_CPUS / STB_GPUS / STB_MEM_MB / STB_CTLD_PORT /
 STB_NODE_PORT0 / STB_SITES (default 1 here; passed on to up.sh), EXATRAIN_SLURM_TMP (parent of the state dir, default

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # down.sh - stop the testbed that up.sh started from STB_STATE, and undo its changes.
 # Signals only processes up.sh started: those named in its pid files, and whatever still
-# runs inside the UTS namespaces it created (job steps, escaped job processes).
+# runs inside the UTS namespaces it created (job steps, escaped job processes). Removes the site
+# twins' network namespaces and bridges it created.
 # Safe to run twice, or on a testbed whose daemons already died.
 #   STB_STATE (default /tmp/exatrain-slurm-testbed); --purge also deletes the state dir.
 set -uo pipefail
@@ -64,6 +65,15 @@ if [ -s "$STATE/run/uts" ]; then
     echo "killing leftover $(cat "$p/comm" 2>/dev/null) ($pid) on ${ours[$ns]}"
     kill -KILL "$pid" 2>/dev/null
   done
+fi
+
+# 3b. the site twins' network namespaces (their veth pairs go with them) and bridges
+if [ -s "$STATE/run/netns" ]; then
+  while read -r ns; do
+    [[ "$ns" == stb-* ]] && ip netns del "$ns" 2>/dev/null && echo "removed network namespace $ns"
+  done < "$STATE/run/netns"
+  for br in stbmgmt stbhsn stbib; do ip link del "$br" 2>/dev/null && echo "removed bridge $br"; done
+  : > "$STATE/run/netns"
 fi
 
 # 4. munged, if up.sh started it (one that was already running is left alone)

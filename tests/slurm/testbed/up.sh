@@ -12,8 +12,12 @@
 #   STB_CTLD_PORT=16817  STB_NODE_PORT0=17101 (node I uses STB_NODE_PORT0+I-1)
 #   STB_REPLACE=1  also stop a testbed still running from ANOTHER state dir
 #   STB_SITES=1    also start the site-shaped nodes and partitions of sites.conf (LUMI-G, JUWELS Booster,
-#                  JURECA-DC, a generic GPU cluster): hardware counts declared, for sbatch --test-only
+#                  JURECA-DC, a generic GPU cluster): hardware counts declared, for sbatch --test-only; the
+#                  site twins among them (LUMI-G, JUWELS Booster, generic) each in a network namespace of
+#                  its own with the site's interfaces and host names (step 4b)
 #                  (the pytest fixture sets it: it holds a lock, so any other one is stale)
+#   STB_TWINS=0    the site-shaped nodes without networks of their own (no site twins)
+#   STB_SRUN_PORT0=17501  srun's ports where site twins run (SrunPortRange, 1000 ports)
 # Exit status: 0 ready, 2 this machine cannot host the testbed (not root, no UTS
 # namespaces, packages cannot be installed, no mknod), 1 anything else.
 # Afterwards: export SLURM_CONF=$STB_STATE/etc/slurm.conf; sinfo/srun/sbatch. Stop: down.sh
@@ -27,6 +31,7 @@ MEM=${STB_MEM_MB:-4000}
 GPUS=${STB_GPUS:-4}
 CTLD_PORT=${STB_CTLD_PORT:-16817}
 NODE_PORT0=${STB_NODE_PORT0:-17101}
+SRUN_PORT0=${STB_SRUN_PORT0:-17501}
 SITES=${STB_SITES:-0}
 REGISTRY=/run/exatrain-slurm-testbed.state   # state dir of the testbed started last
 
@@ -53,19 +58,31 @@ wait_for() { # wait_for <seconds> <what> <command...>
 [[ "$NODES" =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 200)) || die "STB_NODES must be 1..200"
 [[ "$GPUS" =~ ^[0-9]+$ ]] || die "STB_GPUS must be a number"
 
-# Site-shaped nodes (sites.conf): node J of them is 127.0.1.(200+J) on port NODE_PORT0+NODES+J-1.
-SITE_NODES=()      # names: lumi1 lumi2 jwb1 ...
+# Site-shaped nodes (sites.conf): node J of them listens on port NODE_PORT0+NODES+J-1, at 127.0.1.(200+J), or,
+# for a site twin, at its management address $TWIN_NET.0.J (a network namespace of its own, step 4b).
+SITE_NODES=()      # names: nid005001 nid005002 jwb0001 ...
+SITE_NETS=()       # their networks: lumi, jsc, eth (site twins) or none
 SITE_LINES=""      # NodeName lines, then the partitions, for slurm.conf
 SITE_GRES=""       # gres.conf lines
 SITE_GPUS=0        # most GPUs of any site node (device files to create)
+TWIN_NET=10.77     # management network 10.77.0.0/24 (bridge stbmgmt, the controller at .254); hsnK of LUMI
+                   # twin J is 10.78.K.J (bridge stbhsn), ib0 of JSC twin J 10.79.0.J (bridge stbib)
+CTLD_ADDR=127.0.0.1
+node_addr() { # node_addr <J> <network>: where slurmctld reaches site node J
+  if [ "$2" = none ]; then echo "127.0.1.$((200 + $1))"; else echo "$TWIN_NET.0.$1"; fi
+}
 if [ "$SITES" = 1 ]; then
-  while read -r kind prefix count gpus attrs; do
+  while read -r kind prefix count gpus net attrs; do
     [ "$kind" = NODE ] || continue
+    [[ "$net" =~ ^(lumi|jsc|eth|none)$ ]] || die "sites.conf: network of $prefix must be lumi, jsc, eth or none, not '$net'"
+    [ "${STB_TWINS:-1}" = 1 ] || net=none
     range="$prefix[1-$count]"; ((count == 1)) && range="${prefix}1"
     for ((k = 1; k <= count; k++)); do
       j=$((${#SITE_NODES[@]} + 1))
       SITE_NODES+=("$prefix$k")
-      SITE_LINES+="NodeName=$prefix$k NodeAddr=127.0.1.$((200 + j)) Port=$((NODE_PORT0 + NODES + j - 1)) $attrs"
+      SITE_NETS+=("$net")
+      [ "$net" = none ] || CTLD_ADDR=$TWIN_NET.0.254
+      SITE_LINES+="NodeName=$prefix$k NodeAddr=$(node_addr "$j" "$net") Port=$((NODE_PORT0 + NODES + j - 1)) $attrs"
       ((gpus > 0)) && SITE_LINES+=" Gres=gpu:$gpus"
       SITE_LINES+=$' State=UNKNOWN\n'
     done
@@ -81,6 +98,15 @@ fi
 ALL_NODES=$((NODES + ${#SITE_NODES[@]}))
 command -v unshare >/dev/null || cannot "unshare (util-linux) is missing"
 unshare --uts true 2>/dev/null || cannot "unshare --uts fails (no CAP_SYS_ADMIN?): nodes could not have their own hostnames"
+TWINS=0; [ "$CTLD_ADDR" = 127.0.0.1 ] || TWINS=1
+if ((TWINS)); then  # site twins: network namespaces, veth pairs, bridges (iproute2); nftables for the JSC twins
+  # iproute2 and nftables are installed with the SLURM packages below where missing
+  ! command -v ip >/dev/null || { ip netns add stb-probe$$ && ip netns del stb-probe$$; } 2>/dev/null ||
+    cannot "ip netns add fails (no CAP_NET_ADMIN?): the site twins need network namespaces; or STB_SITES=0"
+  # Their addresses exist only in namespaces and bridges of this machine: refuse where the host already uses them.
+  clash=$(ip -4 route show | grep -E "^10\.(77|78|79)\." | grep -v -E 'dev stb(mgmt|hsn|ib) ' || true)
+  [ -z "$clash" ] || cannot "this machine already routes the site twins' networks ($clash)"
+fi
 
 # ---- 1. leftovers of an earlier run (crashed session, forgotten down.sh) ---------------
 has_pids() { compgen -G "$1/run/*.pid" >/dev/null; }
@@ -110,6 +136,7 @@ done
 
 # ---- 2. packages (fast no-op when present) ---------------------------------------------
 PKGS="munge slurmctld slurmd slurm-client"
+((TWINS)) && PKGS="$PKGS iproute2 nftables"   # the site twins' namespaces, veth pairs, bridges and filter
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
@@ -160,7 +187,9 @@ done
 GRES_TYPES=""; ((GPUS > 0 || SITE_GPUS > 0)) && GRES_TYPES="GresTypes=gpu"
 conf=$(<"$HERE/slurm.conf.template")
 conf=${conf//@STATE@/$STATE}; conf=${conf//@CTLD_PORT@/$CTLD_PORT}; conf=${conf//@NODE_LIST@/$NODE_LIST}
-conf=${conf//@NODE_LINES@/$NODE_LINES}; conf=${conf//@GRES_TYPES@/$GRES_TYPES}
+conf=${conf//@NODE_LINES@/$NODE_LINES}; conf=${conf//@GRES_TYPES@/$GRES_TYPES}; conf=${conf//@CTLD_ADDR@/$CTLD_ADDR}
+SRUN_PORTS=""; ((TWINS)) && SRUN_PORTS="SrunPortRange=$SRUN_PORT0-$((SRUN_PORT0 + 999))"
+conf=${conf//@SRUN_PORTS@/$SRUN_PORTS}
 conf=${conf//@SITE_LINES@/${SITE_LINES//@STATE@/$STATE}}
 printf '%s\n' "$conf" > "$STATE/etc/slurm.conf"
 if ((GPUS > 0 || SITE_GPUS > 0)); then   # gres.conf is looked up next to slurm.conf
@@ -182,8 +211,12 @@ echo "${SITE_NODES[*]}" > "$STATE/run/site_nodes"
   sed '/^# BEGIN exatrain-slurm-testbed/,/^# END exatrain-slurm-testbed/d' /etc/hosts
   echo "# BEGIN exatrain-slurm-testbed ($STATE)"
   for i in $(seq 1 "$NODES"); do echo "127.0.1.$i node$i"; done
-  for j in "${!SITE_NODES[@]}"; do echo "127.0.1.$((201 + j)) ${SITE_NODES[$j]}"; done
-  echo "127.0.1.254 slurmctl"
+  for j in "${!SITE_NODES[@]}"; do
+    echo "$(node_addr $((j + 1)) "${SITE_NETS[$j]}") ${SITE_NODES[$j]}"
+    # JSC: the host name with the suffix "i" is the InfiniBand address (ib0)
+    if [ "${SITE_NETS[$j]}" = jsc ]; then echo "10.79.0.$((j + 1)) ${SITE_NODES[$j]}i"; fi
+  done
+  echo "$CTLD_ADDR slurmctl"
   echo "# END exatrain-slurm-testbed"
 } > "$STATE/run/hosts.new"
 cat "$STATE/run/hosts.new" > /etc/hosts
@@ -201,11 +234,72 @@ else
   say "munged started (pid $(cat /run/munge/munged.pid))"
 fi
 
+# ---- 4b. site twins: one network namespace per twin node --------------------------------
+# Each twin's slurmd (and so every job step it starts) runs in the namespace stb-<node>: the job sees only
+# the site's interfaces (its own /sys/class/net, step 5), and gloo binds, connects and fails on
+# them as it would there. Every fabric is a Linux bridge of this machine; only the management bridge
+# stbmgmt has an address outside the namespaces ($CTLD_ADDR, for slurmctld, srun and sbatch here).
+: > "$STATE/run/netns"
+mkdir -p "$STATE/run/sys"   # where each twin's sysfs is mounted before it moves onto /sys (in its own mount ns)
+twin_link() { # twin_link <ns> <root end> <name in ns> <bridge> <address/prefix>
+  ip link add "$2" type veth peer name "$3" netns "$1"
+  ip link set "$2" master "$4" up
+  ip -n "$1" addr add "$5" dev "$3"
+  ip -n "$1" link set "$3" up
+}
+jsc_filter() { # jsc_filter <ns>: eth0 carries SLURM's own traffic only (controller, slurmd and srun ports)
+  ip netns exec "$1" nft -f - <<EOF
+table inet stb_twin {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    oifname "eth0" ct state established,related accept
+    oifname "eth0" ip daddr $CTLD_ADDR accept
+    oifname "eth0" tcp dport { $CTLD_PORT, $NODE_PORT0-$((NODE_PORT0 + ALL_NODES - 1)), $SRUN_PORT0-$((SRUN_PORT0 + 999)) } accept
+    oifname "eth0" meta l4proto tcp reject with tcp reset
+    oifname "eth0" reject
+  }
+}
+EOF
+}
+if ((TWINS)); then
+  for br in stbmgmt stbhsn stbib; do
+    ip link del "$br" 2>/dev/null || true   # left by a crashed run (the names are the testbed's own)
+    ip link add "$br" type bridge && ip link set "$br" up
+  done
+  ip addr add "$CTLD_ADDR/24" dev stbmgmt
+  for j in "${!SITE_NODES[@]}"; do
+    n=${SITE_NODES[$j]} net=${SITE_NETS[$j]} J=$((j + 1))
+    [ "$net" = none ] && continue
+    ns=stb-$n
+    ip netns del "$ns" 2>/dev/null || true
+    ip netns add "$ns" && echo "$ns" >> "$STATE/run/netns"
+    ip -n "$ns" link set lo up
+    case $net in
+      lumi) twin_link "$ns" "stb${J}m" nmn0 stbmgmt "$TWIN_NET.0.$J/24"
+            for k in 0 1 2 3; do twin_link "$ns" "stb${J}h$k" "hsn$k" stbhsn "10.78.$k.$J/24"; done ;;
+      jsc)  twin_link "$ns" "stb${J}m" eth0 stbmgmt "$TWIN_NET.0.$J/24"
+            twin_link "$ns" "stb${J}i" ib0 stbib "10.79.0.$J/24"
+            jsc_filter "$ns" ;;
+      eth)  twin_link "$ns" "stb${J}m" eth0 stbmgmt "$TWIN_NET.0.$J/24" ;;
+    esac
+  done
+  say "site twins' networks ready ($(wc -l < "$STATE/run/netns") namespaces)"
+fi
+
 # ---- 5. slurmctld and the slurmds, each in its own UTS namespace -----------------------
 # The daemons fork into the background themselves; stdio goes to /dev/null so nothing
 # (pytest's capture pipes included) waits on them.
+# A site twin's daemon also enters its network namespace and a mount namespace of its own, where /sys is a
+# sysfs of that network namespace (so /sys/class/net lists the twin's interfaces) with this machine's
+# /sys/fs/cgroup bound into it (slurmd needs it; `ip netns exec` would leave it out).
+TWIN_SYS='mount -t sysfs sysfs "$0" && { [ ! -d /sys/fs/cgroup ] || mount --rbind /sys/fs/cgroup "$0"/fs/cgroup; } &&
+  mount --move "$0" /sys && exec "$@"'
 in_uts() { # in_uts <hostname> <command...>
-  unshare --uts sh -c 'hostname "$0" && exec "$@"' "$@" </dev/null >/dev/null 2>&1
+  local ns=()
+  if grep -qx "stb-$1" "$STATE/run/netns"; then
+    ns=(nsenter --net="/run/netns/stb-$1" unshare --mount --propagation private sh -c "$TWIN_SYS" "$STATE/run/sys")
+  fi
+  "${ns[@]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$@" </dev/null >/dev/null 2>&1
 }
 : > "$STATE/run/uts"
 remember_ns() { echo "$(readlink "/proc/$(cat "$1")/ns/uts") $2" >> "$STATE/run/uts"; }
