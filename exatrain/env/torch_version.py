@@ -18,6 +18,12 @@ from exatrain.errors import ConfigError
 #: ``--no-python``) are all in 2.4's ``torch.distributed.run``.
 TORCH_FLOOR = (2, 4)
 
+#: The oldest torch exatrain's reference trainer (`exatrain train`) imports today: its checkpoint manager
+#: stages async checkpoints with torch.distributed.checkpoint.staging.DefaultStager (in the 2.9.1 wheel, not in
+#: 2.8.0's), besides the public DTensor (an empty torch.distributed.tensor in 2.4) and fully_shard. Launching,
+#: `exatrain run` and `exatrain submit` need only TORCH_FLOOR (docs/torch-versions.md).
+TRAINER_FLOOR = (2, 9)
+
 _RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -49,9 +55,17 @@ def format_version(version: tuple[int, ...]) -> str:
     return ".".join(str(part) for part in version)
 
 
-def check_torch_floor(version: tuple[int, int, int] | None, python: str = "python") -> tuple[int, int, int]:
+def check_torch_floor(version: tuple[int, int, int] | None, python: str = "python",
+                      trainer: bool = False) -> tuple[int, int, int]:
     """The job's torch version, or a ConfigError (with a HINT naming the version and the floor) where torch is
-    missing or older than TORCH_FLOOR: the job stops at start, in seconds, before any rendezvous."""
+    missing or older than TORCH_FLOOR (``trainer``: TRAINER_FLOOR): the job stops at start, in seconds, before
+    any rendezvous."""
+    if trainer and version is not None and not torch_at_least(version, TRAINER_FLOOR):
+        need = format_version(TRAINER_FLOOR)
+        raise ConfigError(f"torch {format_version(version)} (of {python}) is older than {need}, the oldest torch "
+                          "exatrain's reference trainer imports (async checkpoint staging, DTensor, fully_shard)",
+                          f"use torch>={need} for `exatrain train`, or run your own training script with "
+                          f"`exatrain run` (torch>={format_version(TORCH_FLOOR)} is enough there)")
     floor = format_version(TORCH_FLOOR)
     if version is None:
         raise ConfigError(f"no torch is installed for {python}, which starts the ranks",

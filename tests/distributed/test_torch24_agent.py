@@ -79,6 +79,15 @@ def test_torch_24s_own_torchrun_dies_of_usr2_and_forwards_nothing(tmp_path):
                 pass
 
 
+def test_the_trainer_on_a_torch_older_than_it_imports_says_so_with_a_hint(tmp_path):
+    env = make_overlay(tmp_path / "torch28", "2.8.0")
+    r = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "train", "--nproc=2", f"--run.dir={tmp_path / 'r'}"],
+                       cwd=tmp_path, env=clean_environment(env), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "torch 2.8.0 (of " in r.stderr and "older than 2.9, the oldest torch exatrain's reference trainer" in r.stderr
+    assert "HINT: use torch>=2.9 for `exatrain train`, or run your own training script with `exatrain run`" in r.stderr
+
+
 @pytest.mark.parametrize("version", ["2.3.1", "2.2.2+rocm5.7"])
 def test_a_torch_older_than_the_floor_stops_at_start_with_a_hint(tmp_path, version):
     env = make_overlay(tmp_path / "old", version)
@@ -102,10 +111,12 @@ def _step(run):
         return 0
 
 
-def test_exatrain_train_checkpoints_on_usr2_on_torch_24(tmp_path):
-    """`exatrain train --nproc 2` (real gloo workers under the agent) on torch 2.4: USR2 -> every rank finishes
-    its step, the checkpoint is committed, the run exits 75 ("checkpointed, continue")."""
-    env = make_overlay(tmp_path / "torch24", "2.4.0")
+def test_exatrain_train_checkpoints_on_usr2_on_torch_29(tmp_path):
+    """`exatrain train --nproc 2` (real gloo workers under the agent) on torch 2.9, the oldest the reference
+    trainer imports (TRAINER_FLOOR) and LUMI's current containers' torch, whose torchrun has no
+    --signals-to-handle either: USR2 -> every rank finishes its step, the checkpoint is committed, the run
+    exits 75 ("checkpointed, continue"). The torchrun is the 2.4 stand-in (2.9's parser accepts all it does)."""
+    env = make_overlay(tmp_path / "torch29", "2.9.1")
     run = tmp_path / "run"
     with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *ARGS], cwd=tmp_path, env=env) as proc:
         wait_for(lambda: _step(run) >= 3, 300, "step 3", proc)

@@ -44,6 +44,9 @@ def test_floor_check_names_version_and_floor():
     assert "HINT: use torch>=2.4" in str(e.value) and "/opt/venv/bin/python" in str(e.value)
     with pytest.raises(ConfigError, match="no torch is installed"):
         check_torch_floor(None)
+    assert check_torch_floor((2, 9, 1), trainer=True) == (2, 9, 1) and check_torch_floor((2, 8, 0)) == (2, 8, 0)
+    with pytest.raises(ConfigError, match=r"torch 2\.8\.0 .* older than 2\.9, the oldest torch exatrain's reference"):
+        check_torch_floor((2, 8, 0), trainer=True)
 
 
 @pytest.mark.parametrize("version, signals, timeout", [((2, 4, 0), False, False), ((2, 9, 1), False, False),
