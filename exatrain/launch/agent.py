@@ -150,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if forwarder:
         forwarder.install()
     try:
-        run(parse_args(args))
+        try:
+            run(parse_args(args))
+        finally:
+            signal.alarm(0)  # the forwarder's grace, if armed: the workers have ended
     except SignalException as e:  # a handled signal: the agent passed it to the workers and stopped
         print(f"exatrain: the agent received {e.sigval.name} and passed it to the workers", file=sys.stderr, flush=True)
         return 128 + int(e.sigval)

@@ -56,6 +56,48 @@ def test_agent_forwards_usr2_and_waits_for_the_checkpoint_on_torch_24(tmp_path):
         assert (out / f"got-{rank}").is_file() and (out / f"done-{rank}").is_file()
 
 
+def test_workers_still_running_after_the_grace_are_stopped_as_torchrun_stops_them(tmp_path):
+    """The lead time is the limit, as torchrun's --shutdown-timeout is: workers still checkpointing after it
+    get SIGTERM (then SIGKILL 30 s later) and the agent exits 128 + SIGTERM."""
+    env = make_overlay(tmp_path / "torch24", "2.4.0")
+    out = tmp_path / "out"
+    out.mkdir()
+    agent = [sys.executable, "-m", "exatrain.launch.agent", "--handle-signals=SIGUSR2", "--shutdown-grace=2", "--",
+             *TORCHRUN_ARGS, str(out)]
+    proc = _start(agent, tmp_path, {**env, "CHECKPOINT_DELAY": "600"})
+    try:
+        wait_for(_ready(out), 300, "both workers", proc)
+        proc.send_signal(signal.SIGUSR2)
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    err = (tmp_path / "agent.err").read_text()
+    assert code == 128 + signal.SIGTERM, err
+    assert "waiting up to 2 s" in err and "the agent received SIGTERM and passed it to the workers" in err, err
+    assert [p.name for p in sorted(out.glob("got-*"))] == ["got-0", "got-1"] and not list(out.glob("done-*"))
+
+
+FORWARDER = """import os, signal, subprocess, sys, time
+from exatrain.launch.agent import SignalForwarder
+child = subprocess.Popen(["sleep", "30"]) if sys.argv[1] == "child" else None
+SignalForwarder(["SIGUSR2"], None).install()
+os.kill(os.getpid(), signal.SIGUSR2)
+time.sleep(0.5)
+print("survived", child.wait() if child else None)
+"""
+
+
+@pytest.mark.parametrize("children", ["child", "none"])
+def test_a_signal_before_the_workers_exist_ends_the_agent(children):
+    """The forwarder passes the signal to the agent's children and the agent lives on; with no children yet
+    (before torch's agent started the workers) the signal ends it, as it ends torchrun's agent then."""
+    r = subprocess.run([sys.executable, "-c", FORWARDER, children], capture_output=True, text=True, timeout=60)
+    if children == "child":  # sleep got SIGUSR2 (its default action: it died of it)
+        assert r.returncode == 0 and r.stdout == f"survived {-signal.SIGUSR2}\n", r.stderr
+    else:
+        assert r.returncode == -signal.SIGUSR2 and r.stdout == "", r.stderr
+
+
 def test_torch_24s_own_torchrun_dies_of_usr2_and_forwards_nothing(tmp_path):
     """What the stand-in reproduces (and what exatrain's agent replaces): 2.4's agent has no handler for USR2."""
     env = make_overlay(tmp_path / "torch24", "2.4.0")
