@@ -14,8 +14,18 @@ from exatrain.errors import ConfigError
 from exatrain.errors import ExatrainError
 
 
+def _check_torch(trainer: bool = False) -> None:
+    """Stop at once, with a HINT, where this python's torch is missing or older than exatrain's floor (the
+    trainer's, for ``trainer``), read from the package metadata: a rank on a site's old container says so in
+    seconds, not with a traceback later."""
+    from exatrain.env.torch_version import check_torch_floor, torch_version
+
+    check_torch_floor(torch_version(), sys.executable, trainer)
+
+
 def cmd_train(args, overrides: list[str]) -> int:
     """Train here if a launcher (torchrun, srun, mpirun) started us; otherwise start local workers."""
+    _check_torch(trainer=True)
     from exatrain.launch import check_nproc, launch_local
     from exatrain.train.preflight import preflight
 
@@ -60,6 +70,7 @@ def _default_nproc() -> int:
 
 def cmd_run(args, extra: list[str]) -> int:
     """Run the user's script: as this launcher's rank (exec), or in --nproc local workers under torchrun's agent."""
+    _check_torch()
     from exatrain.env import detect_environment
     from exatrain.env.devices import count_node_gpus
     from exatrain.launch import peers

@@ -16,14 +16,13 @@ from pathlib import Path
 
 from exatrain.errors import ConfigError
 from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
+from exatrain.slurm.torchrun_line import AGENT_MODULE, DEFAULT_GRACE, agent_options
 
 # torchrun's c10d rendezvous shares one TCPStore between the agent and its workers, and keeps it across
 # restarts without a per-attempt key prefix (torch 2.13; pytorch/pytorch#135712). A restarted group then
 # reads the dead group's addresses from it (gloo: "connectFullMesh ... Connection refused"). With sharing
 # off, every rendezvous round gets a fresh store hosted by the new rank 0.
 RESTART_SAFE_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-# The agent runs in a child process (it imports torch): torchrun's own code, driven by the CLI layer.
-AGENT_MODULE = "exatrain.launch.agent"
 
 
 def check_nproc(nproc: int) -> int:
@@ -51,12 +50,13 @@ def agent_command(nproc: int, target: list[str], max_restarts: int = 0, signals:
     worker is named and its exit code returned).
 
     `--standalone` gives a private c10d rendezvous on a free local port, so concurrent runs never collide.
-    ``signals`` (checkpoint.signals) are forwarded by the agent to the workers instead of killing it.
+    ``signals`` (checkpoint.signals) are forwarded by the agent to the workers instead of killing it, which
+    then waits up to torchrun's default 30 s for them (torchrun's options where this torch has them, else
+    exatrain's agent itself: `launch.agent`).
     """
     return [
-        sys.executable, "-m", AGENT_MODULE, "--standalone", f"--nproc-per-node={check_nproc(nproc)}",
-        f"--max-restarts={check_max_restarts(max_restarts)}", f"--signals-to-handle={agent_signals(signals)}",
-        *target,
+        sys.executable, "-m", AGENT_MODULE, *agent_options(signals, DEFAULT_GRACE), "--", "--standalone",
+        f"--nproc-per-node={check_nproc(nproc)}", f"--max-restarts={check_max_restarts(max_restarts)}", *target,
     ]
 
 

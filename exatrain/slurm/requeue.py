@@ -23,7 +23,7 @@ AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 def agent_signals(handled: str) -> str:
-    """``--signals-to-handle`` for torchrun's agent: its defaults plus every signal the trainer treats as
+    """The signals torchrun's agent must not die of: its defaults plus every signal the trainer treats as
     'time is up' (checkpoint.signals), so the agent forwards them to the workers instead of dying of them."""
     names = [n.strip().upper() for n in handled.split(",") if n.strip()]
     extra = ["SIG" + n.removeprefix("SIG") for n in names]

@@ -18,10 +18,11 @@ from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.rank_command import (check_interpreter_options, command_kind, run_under_script_runner,
                                           starts_script_runner, wrap_in_exatrain_run)
 from exatrain.slurm.rendezvous import rendezvous_words
-from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER, agent_signals
+from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER
 from exatrain.slurm.rank_command import mask_option
 from exatrain.slurm.spec import JobSpec
 from exatrain.slurm.sweep import Sweep
+from exatrain.slurm.torchrun_line import agent_start, agent_start_note
 
 # The one table of spec fields that map 1:1 to sbatch flags (empty values are left out).
 SPEC_FLAGS = {
@@ -327,15 +328,6 @@ def _launch_srun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)
 
 
-def _agent_signal_flags(spec: JobSpec) -> list[str]:
-    """torchrun's agent dies of signals it does not handle (USR2 included): make it forward job.signal to
-    the workers and give them the signal's lead time to checkpoint before it kills them (default 30 s)."""
-    if not spec.signal:
-        return []
-    name = spec.signal.split("@")[0]
-    return [f"--signals-to-handle={agent_signals(name)}", f"--shutdown-timeout={max(30, spec.signal_lead())}"]
-
-
 def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
     """One task per node holds all the node's cores: srun cannot bind per GPU; exatrain's trainer and the
     script runner (a Python script) bind each worker themselves."""
@@ -370,9 +362,10 @@ def _narrows_gloo(spec: JobSpec, profile: SiteProfile) -> bool:
 
 def _node_agent(spec: JobSpec, profile: SiteProfile, per_node: list[str]) -> str:
     """The shell of each node's task: keep the GLOO_SOCKET_IFNAME interfaces this node has (`env.nics`;
-    none of them fails the task at once, naming them), then become torchrun with the per-node options."""
+    none of them fails the task at once, naming them), then become exatrain's agent (torchrun's agent with
+    the node's torch, launch/agent.py) with the per-node options."""
     is_host = '--rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)"'
-    agent = " ".join(["exec torchrun", is_host, *per_node, '"$@"'])
+    agent = " ".join([agent_start(spec.signal, spec.signal_lead()), is_host, *per_node, '"$@"'])
     if not _narrows_gloo(spec, profile):
         return agent
     return f'G=$(python3 -m exatrain.env.nics) || exit 1; export {GLOO_IFNAME}="$G"; {agent}'
@@ -395,8 +388,7 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
     container = shlex.join(_container(spec, profile, rank))
     py = (container + " " if container else "") + f"python3 -c {shlex.quote(RDZV_PY)}"
     shared, per_node = rendezvous_words(profile.master_suffix)
-    torchrun = [shared[0], f"--nproc-per-node={ranks}", *shared[1:], *_agent_signal_flags(spec),
-                "--no-python"]
+    torchrun = [shared[0], f"--nproc-per-node={ranks}", *shared[1:], "--no-python"]
     lines = [
         "# Rendezvous: the first host of the node list, expanded by exatrain (no scontrol: works in containers),",
         "# and a port derived from the job id so that jobs sharing a node do not collide.",
@@ -406,10 +398,9 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
         'echo "rendezvous at $RDZV_HEAD:$RDZV_PORT"',
         "# Launch: one task per node runs torchrun, which starts one worker per GPU. The first node hosts the",
         "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
-        "# The agent forwards job.signal to its workers (--signals-to-handle) and waits the signal's lead time",
-        "# for their checkpoint before it stops them (--shutdown-timeout).",
-    ] + _torchrun_binding_note(spec, profile) + _torchrun_script_note(spec) + _node_agent_note(spec, profile)
+    ] + agent_start_note(spec.signal) + _torchrun_binding_note(spec, profile) + _torchrun_script_note(spec) \
+        + _node_agent_note(spec, profile)
     words = ['srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', container,
-             f"bash -c {shlex.quote(_node_agent(spec, profile, per_node))} torchrun", " ".join(torchrun),
+             f"bash -c {shlex.quote(_node_agent(spec, profile, per_node))} agent", " ".join(torchrun),
              _command(spec, profile, rank)]
     return "\n".join(lines) + "\n" + " \\\n    ".join(w for w in words if w)

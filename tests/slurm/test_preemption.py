@@ -122,8 +122,9 @@ signal = "USR2@60"
 
 
 def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
-    """exatrain's own torchrun-mode script, unedited: the agent forwards USR2 to its workers
-    (--signals-to-handle) and exits 1 after their checkpoint; the workers (torchelastic: they never call
+    """exatrain's own torchrun-mode script, unedited: the agent forwards USR2 to its workers (exatrain's
+    agent asks torch 2.13's torchrun for --signals-to-handle; docs/torch-versions.md) and exits after their
+    checkpoint; the workers (torchelastic: they never call
     scontrol, as ranks without SLURM's tools) leave RUN_DIR/requeue-requested, the batch shell requeues, and
     the requeued job resumes and ends like the uninterrupted reference."""
     from tests.slurm.test_submit import PROFILE, _exatrain
@@ -136,7 +137,8 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference
     r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
-    assert "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2" in (tmp_path / "runs" / "tr.sbatch").read_text()
+    script = (tmp_path / "runs" / "tr.sbatch").read_text()
+    assert "exatrain.launch.agent --handle-signals=SIGUSR2 --shutdown-grace=60 --" in script
     _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
     assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)

@@ -57,10 +57,10 @@ seq_len = 16
 """
 
 
-def _exatrain(cluster, *args, cwd):
+def _exatrain(cluster, *args, cwd, env=None):
     """The real CLI with the cluster's SLURM_CONF; the venv's bin on PATH, as on a login node after
-    activating it (the job inherits it: `exatrain`, `torchrun` and `python3` are found there)."""
-    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    activating it (the job inherits it: `exatrain`, `torchrun` and `python3` are found there); ``env`` on top."""
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), **(env or {})}
     return cluster.run([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=env, timeout=120)
 
 
