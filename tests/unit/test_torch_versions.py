@@ -75,9 +75,12 @@ def _rendered_agent_argv(profile="lumi-g"):
     spec = JobSpec(nodes=2, time="01:30:00", launch="torchrun", signal="USR2@120", profile=profile)
     text = render_sbatch(spec, load_profile(profile), "runs/golden")
     lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip().startswith("bash -c 'exec python3"))
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("bash -c '")
+              and "exec python3 -m exatrain.launch.agent" in line)
     is_host = '"$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)"'  # node 0's value
-    inner = shlex.split(shlex.split(lines[at].strip().rstrip("\\"))[2].replace(is_host, "true"))
+    script = shlex.split(lines[at].strip().rstrip("\\"))[2]
+    script = script[script.index("exec python3"):]  # after the node's GLOO_SOCKET_IFNAME narrowing, if any
+    inner = shlex.split(script.replace(is_host, "true"))
     assert inner[:4] == ["exec", "python3", "-m", "exatrain.launch.agent"] and inner[-1] == "$@"
     own = inner[4:-1]
     args = shlex.split(lines[at + 1].strip().rstrip("\\")) + shlex.split(lines[at + 2].removesuffix(" || rc=$?"))
