@@ -39,6 +39,7 @@ def arguments(description: str) -> argparse.ArgumentParser:
 def relaunch_or_run(module: str, a, worker) -> int:
     """Outside a launcher: start `a.nproc` workers of `python -m module` through torchrun and return its exit
     code. Inside one (a worker): join the group, run `worker(ctx)`, leave."""
+
     def joined(_a, env) -> None:
         ctx = init_distributed(env, "cpu")
         try:
@@ -68,12 +69,21 @@ def build_trainer(ctx, run_dir: Path, size: str, seq_len: int, micro_batch: int,
 
     Checkpoints are saved by the benchmark itself (interval 0 keeps the trainer from saving on its own).
     """
-    cfg = load_config(None, [
-        f"--model.size={size}", f"--data.seq_len={seq_len}", f"--run.dir={run_dir}", "--train.device=cpu",
-        f"--train.global_batch_size={micro_batch * ctx.world_size}", f"--train.micro_batch_size={micro_batch}",
-        f"--train.steps={10 ** 6}", "--checkpoint.interval=0", "--checkpoint.keep=2",
-        f"--checkpoint.async_save={'true' if async_save else 'false'}",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"--model.size={size}",
+            f"--data.seq_len={seq_len}",
+            f"--run.dir={run_dir}",
+            "--train.device=cpu",
+            f"--train.global_batch_size={micro_batch * ctx.world_size}",
+            f"--train.micro_batch_size={micro_batch}",
+            f"--train.steps={10**6}",
+            "--checkpoint.interval=0",
+            "--checkpoint.keep=2",
+            f"--checkpoint.async_save={'true' if async_save else 'false'}",
+        ],
+    )
     trainer = Trainer(cfg, ctx, prepare_data(cfg))
     step(trainer)  # creates the optimizer's moments, so the checkpoint holds the full training state
     return trainer
@@ -95,10 +105,14 @@ def describe(trainer: Trainer, ctx, a) -> str:
     (a collective: every rank calls it, rank 0 prints it)."""
     local = local_state_bytes(trainer.model, trainer.optimizer)
     per_rank = all_gather_objects(local["params"] + local["optimizer"])
-    return (f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks (DDP), "
-            f"state per rank {per_rank[0] / 2**20:.0f} MiB, torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}")
+    return (
+        f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks (DDP), "
+        f"state per rank {per_rank[0] / 2**20:.0f} MiB, torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}"
+    )
 
 
 def median_ms(values: list[float]) -> str:
     """'median ms (all: a, b, c)' for a list of seconds."""
-    return f"{statistics.median(values) * 1000:9.1f} ms  (all: {', '.join(f'{v * 1000:.0f}' for v in values)})"
+    return (
+        f"{statistics.median(values) * 1000:9.1f} ms  (all: {', '.join(f'{v * 1000:.0f}' for v in values)})"
+    )

@@ -67,8 +67,12 @@ def plain_side(a, ds, ctx, model):
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    sampler = DistributedSampler(ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0, drop_last=True)
-    batches = endless(DataLoader(ds, batch_size=a.batch // ctx.world_size, sampler=sampler, drop_last=True), sampler)
+    sampler = DistributedSampler(
+        ds, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=0, drop_last=True
+    )
+    batches = endless(
+        DataLoader(ds, batch_size=a.batch // ctx.world_size, sampler=sampler, drop_last=True), sampler
+    )
     ddp = DistributedDataParallel(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
 
@@ -135,7 +139,7 @@ def worker(a, env):
         for name in sides:  # warm-up (DDP builds its buckets on the first steps)
             rep(name)
         for i in range(a.reps):
-            for name in (list(sides) if i % 2 == 0 else list(reversed(sides))):
+            for name in list(sides) if i % 2 == 0 else list(reversed(sides)):
                 times[name].append(rep(name))
         ckpt.close()
         everyone = all_gather_objects(times)
@@ -149,10 +153,14 @@ def report(a, everyone, n_params):
 
     reps = {k: [max(r[k][i] for r in everyone) / a.steps for i in range(a.reps)] for k in everyone[0]}
     med = {k: statistics.median(v) for k, v in reps.items()}
-    print(f"model {a.size} ({n_params / 1e6:.1f}M params), DDP on {a.nproc} gloo ranks x 1 thread, global batch "
-          f"{a.batch} x {a.seq_len} tokens, {a.reps} x {a.steps} steps per side, torch {torch.__version__}")
+    print(
+        f"model {a.size} ({n_params / 1e6:.1f}M params), DDP on {a.nproc} gloo ranks x 1 thread, global batch "
+        f"{a.batch} x {a.seq_len} tokens, {a.reps} x {a.steps} steps per side, torch {torch.__version__}"
+    )
     for k, v in reps.items():
-        print(f"  {k:9s} median step {med[k] * 1000:8.2f} ms  (all: {', '.join(f'{t * 1000:.1f}' for t in v)})")
+        print(
+            f"  {k:9s} median step {med[k] * 1000:8.2f} ms  (all: {', '.join(f'{t * 1000:.1f}' for t in v)})"
+        )
     print(f"ratio exatrain/plain = {med['exatrain'] / med['plain']:.3f}  (goal <= 1.02)")
 
 

@@ -18,7 +18,15 @@ from __future__ import annotations
 import statistics
 import time
 
-from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch, step
+from benchmarks._checkpoint_setup import (
+    arguments,
+    build_trainer,
+    describe,
+    median_ms,
+    relaunch_or_run,
+    shared_scratch,
+    step,
+)
 from exatrain.distributed import is_root
 
 MAX_FOLLOW_STEPS = 50  # steps to wait for a background save before blocking on it
@@ -60,9 +68,12 @@ def worker(ctx, a) -> None:
             save_step(trainer, blocking)
             until_committed(trainer)
         stalls, extras, baselines, collect = {"sync": [], "async": []}, {"sync": [], "async": []}, [], []
-        two = {"sync": [], "async": []}  # the save step and the next one, whose optimizer step may wait for the copy
+        two = {
+            "sync": [],
+            "async": [],
+        }  # the save step and the next one, whose optimizer step may wait for the copy
         for rep in range(a.reps):
-            for mode in (("sync", "async") if rep % 2 == 0 else ("async", "sync")):
+            for mode in ("sync", "async") if rep % 2 == 0 else ("async", "sync"):
                 base = statistics.median(step(trainer) for _ in range(a.baseline_steps))
                 baselines.append(base)
                 collect.append(collect_seconds(trainer))
@@ -84,9 +95,11 @@ def worker(ctx, a) -> None:
                 print(f"  {mode:5s} stall incl. the next step {median_ms(two[mode])}")
             for mode in ("sync", "async"):
                 print(f"  {mode:5s} total extra until commit {median_ms(extras[mode])}")
-            print(f"ratio async/sync training-thread loss (stall + next step) = {ratio:.3f}  (goal <= 0.1); "
-                  f"stall alone = {stall_ratio:.3f}; total extra until commit = "
-                  f"{statistics.median(extras['async']) / statistics.median(extras['sync']):.3f}")
+            print(
+                f"ratio async/sync training-thread loss (stall + next step) = {ratio:.3f}  (goal <= 0.1); "
+                f"stall alone = {stall_ratio:.3f}; total extra until commit = "
+                f"{statistics.median(extras['async']) / statistics.median(extras['sync']):.3f}"
+            )
 
 
 def main() -> int:

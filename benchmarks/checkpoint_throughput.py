@@ -29,15 +29,25 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks._checkpoint_setup import arguments, build_trainer, describe, median_ms, relaunch_or_run, shared_scratch
+from benchmarks._checkpoint_setup import (
+    arguments,
+    build_trainer,
+    describe,
+    median_ms,
+    relaunch_or_run,
+    shared_scratch,
+)
 from exatrain.distributed import all_gather_objects, barrier, is_root
 
 
 def dd_seconds(target: Path, mib: int) -> float:
     """Wall time of writing `mib` MiB of zeros sequentially with an fdatasync at the end."""
     t0 = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}", "conv=fdatasync"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}", "conv=fdatasync"],
+        check=True,
+        capture_output=True,
+    )
     seconds = time.perf_counter() - t0
     target.unlink()
     return seconds
@@ -48,9 +58,24 @@ FIO_JOBS = 4  # 2 ranks x 2 writer threads per rank, as the save
 
 def _fio_wall(folder: Path, each_mib: int) -> float:
     t0 = time.perf_counter()
-    subprocess.run(["fio", "--name=baseline", f"--directory={folder}", "--rw=write", "--bs=1M", f"--size={each_mib}M",
-                    f"--numjobs={FIO_JOBS}", "--ioengine=psync", "--end_fsync=1", "--buffer_compress_percentage=0",
-                    "--group_reporting", "--output-format=terse"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "fio",
+            "--name=baseline",
+            f"--directory={folder}",
+            "--rw=write",
+            "--bs=1M",
+            f"--size={each_mib}M",
+            f"--numjobs={FIO_JOBS}",
+            "--ioengine=psync",
+            "--end_fsync=1",
+            "--buffer_compress_percentage=0",
+            "--group_reporting",
+            "--output-format=terse",
+        ],
+        check=True,
+        capture_output=True,
+    )
     seconds = time.perf_counter() - t0
     for f in folder.glob("baseline.*"):
         f.unlink()
@@ -80,7 +105,7 @@ def worker(ctx, a) -> None:
         saves, dds, fios, prunes = [], [], [], []
         if is_root():
             (tmp / "fio").mkdir()
-        for rep in range(a.reps):
+        for _rep in range(a.reps):
             if is_root():
                 fios.append(fio_seconds(tmp / "fio", mib))
                 dds.append(dd_seconds(tmp / "dd.bin", mib))
@@ -99,11 +124,15 @@ def worker(ctx, a) -> None:
             fio_rate = mib / statistics.median(fios)
             print(f"{header}, checkpoint {mib} MiB on disk")
             print(f"  DCP save (whole state, commit incl.) {median_ms(saves)}  -> {save_rate:7.1f} MiB/s")
-            print(f"  fio {FIO_JOBS} jobs, random data, end_fsync  {median_ms(fios)}  -> {fio_rate:7.1f} MiB/s")
+            print(
+                f"  fio {FIO_JOBS} jobs, random data, end_fsync  {median_ms(fios)}  -> {fio_rate:7.1f} MiB/s"
+            )
             print(f"  dd bs=1M zeros conv=fdatasync        {median_ms(dds)}  -> {dd_rate:7.1f} MiB/s")
             print(f"  (then waited for the pruning thread  {median_ms(prunes)}, not part of the save)")
-            print(f"ratio save/fio = {save_rate / fio_rate:.3f}  (goal >= 0.8); old baseline: save/dd = "
-                  f"{save_rate / dd_rate:.3f}")
+            print(
+                f"ratio save/fio = {save_rate / fio_rate:.3f}  (goal >= 0.8); old baseline: save/dd = "
+                f"{save_rate / dd_rate:.3f}"
+            )
 
 
 def main() -> int:

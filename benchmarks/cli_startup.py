@@ -24,17 +24,23 @@ import time
 from pathlib import Path
 
 JOB = '[job]\nnodes = 4\nprofile = "lumi-g"\npartition = "small-g"\ntime = "02:00:00"\n'
-TORCH_PROBE = ("import runpy, sys; sys.argv = ['exatrain', *sys.argv[1:]]\n"
-               "try:\n    runpy.run_module('exatrain.cli.main', run_name='__main__')\n"
-               "except SystemExit:\n    pass\n"
-               "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)")
+TORCH_PROBE = (
+    "import runpy, sys; sys.argv = ['exatrain', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('exatrain.cli.main', run_name='__main__')\n"
+    "except SystemExit:\n    pass\n"
+    "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)"
+)
 
 
 def commands(job: str) -> dict[str, list[str]]:
     """The measured command lines (the interpreter baseline first)."""
     cli = [sys.executable, "-m", "exatrain.cli.main"]
-    return {"python -c pass": [sys.executable, "-c", "pass"], "exatrain --help": [*cli, "--help"],
-            "exatrain sbatch -c job.toml": [*cli, "sbatch", job], "exatrain cost -c job.toml": [*cli, "cost", job]}
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "exatrain --help": [*cli, "--help"],
+        "exatrain sbatch -c job.toml": [*cli, "sbatch", job],
+        "exatrain cost -c job.toml": [*cli, "cost", job],
+    }
 
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:
@@ -46,7 +52,9 @@ def wall(cmd: list[str], env: dict[str, str]) -> float:
 
 def imports_torch(args: list[str], env: dict[str, str]) -> bool:
     """Whether running the CLI with ``args`` loads torch."""
-    probe = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, env=env)
+    probe = subprocess.run(
+        [sys.executable, "-c", TORCH_PROBE, *args], capture_output=True, text=True, env=env
+    )
     return "NO-TORCH" not in probe.stderr
 
 
@@ -62,24 +70,29 @@ def main() -> int:
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         cmds = commands(job)
         times: dict[str, list[float]] = {name: [] for name in cmds}
-        for name, cmd in cmds.items():
+        for _name, cmd in cmds.items():
             wall(cmd, env)  # compile to the bytecode cache, warm the page cache
         for rep in range(args.reps):
             order = list(cmds) if rep % 2 == 0 else list(reversed(cmds))
             for name in order:
                 times[name].append(wall(cmds[name], env))
-        torch_paths = [name for name, cmd in cmds.items()
-                       if name != "python -c pass" and imports_torch(cmd[3:], env)]
+        torch_paths = [
+            name for name, cmd in cmds.items() if name != "python -c pass" and imports_torch(cmd[3:], env)
+        ]
     base = statistics.median(times["python -c pass"])
     print(f"python {sys.version.split()[0]}, {args.reps} interleaved repetitions, medians")
     ok = not torch_paths
     for name, values in times.items():
         median = statistics.median(values)
         ok &= median * 1000 <= args.limit_ms
-        print(f"  {name:26s} {median * 1000:7.1f} ms  (+{(median - base) * 1000:6.1f} ms over python, "
-              f"ratio {median / base:5.2f})")
-    print(f"torch imported by: {', '.join(torch_paths) or 'none'}; limit {args.limit_ms:g} ms: "
-          f"{'met' if ok else 'NOT met'}")
+        print(
+            f"  {name:26s} {median * 1000:7.1f} ms  (+{(median - base) * 1000:6.1f} ms over python, "
+            f"ratio {median / base:5.2f})"
+        )
+    print(
+        f"torch imported by: {', '.join(torch_paths) or 'none'}; limit {args.limit_ms:g} ms: "
+        f"{'met' if ok else 'NOT met'}"
+    )
     return 0 if ok else 1
 
 

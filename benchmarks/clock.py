@@ -40,8 +40,10 @@ def report(times: dict[str, list[Span]], a: str, b: str, goal: str) -> str:
         for k, spans in times.items():
             values = [getattr(s, clock) * 1000 for s in spans]
             med[k, clock] = statistics.median(values)
-            lines.append(f"  {k:9s} median step {clock:4s} {med[k, clock]:8.2f} ms  "
-                         f"(all: {', '.join(f'{v:.1f}' for v in values)})")
+            lines.append(
+                f"  {k:9s} median step {clock:4s} {med[k, clock]:8.2f} ms  "
+                f"(all: {', '.join(f'{v:.1f}' for v in values)})"
+            )
     for clock in ("wall", "cpu"):
         lines.append(f"ratio {a}/{b} by {clock:4s} time = {med[a, clock] / med[b, clock]:.3f}  ({goal})")
     return "\n".join(lines)

@@ -39,12 +39,25 @@ def parse(argv):
 def config(a):
     from exatrain.config import load_config
 
-    return load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={a.run_dir}/run",
-                              f"--train.micro_batch_size={a.micro_batch}",
-                              f"--train.global_batch_size={a.micro_batch * a.nproc}", "--train.device=cpu",
-                              f"--train.steps={10 ** 6}", "--parallel.dp_replicate=-1", "--parallel.dp_shard=1",
-                              "--train.eval_at_start=false", "--train.eval_every=0", "--train.eval_batches=1",
-                              "--train.save_model=false", "--train.log_every=10"])
+    return load_config(
+        None,
+        [
+            f"--model.size={a.size}",
+            f"--data.seq_len={a.seq_len}",
+            f"--run.dir={a.run_dir}/run",
+            f"--train.micro_batch_size={a.micro_batch}",
+            f"--train.global_batch_size={a.micro_batch * a.nproc}",
+            "--train.device=cpu",
+            f"--train.steps={10**6}",
+            "--parallel.dp_replicate=-1",
+            "--parallel.dp_shard=1",
+            "--train.eval_at_start=false",
+            "--train.eval_every=0",
+            "--train.eval_batches=1",
+            "--train.save_model=false",
+            "--train.log_every=10",
+        ],
+    )
 
 
 def timed(step) -> float:
@@ -72,8 +85,9 @@ def worker(a, env):
     trainer.progress.enabled = False  # no progress lines (the loss is still reduced and recorded)
 
     def fit(steps):
-        trainer.cfg = dataclasses.replace(trainer.cfg, train=dataclasses.replace(trainer.cfg.train,
-                                                                                 steps=trainer.step + steps))
+        trainer.cfg = dataclasses.replace(
+            trainer.cfg, train=dataclasses.replace(trainer.cfg.train, steps=trainer.step + steps)
+        )
         return timed(trainer.fit)
 
     def synced():
@@ -88,7 +102,7 @@ def worker(a, env):
         step()  # warm-up (DDP's first step builds its buckets)
     times = {k: [] for k in sides}
     for i in range(a.pairs):
-        for name in (list(sides) if i % 2 == 0 else list(reversed(sides))):
+        for name in list(sides) if i % 2 == 0 else list(reversed(sides)):
             times[name].append(sides[name]())
     everyone = all_gather_objects(times)
     teardown()
@@ -103,17 +117,23 @@ def report(a, everyone, n_params):
     steps = {k: [max(r[k][i] for r in everyone) for i in range(a.pairs)] for k in everyone[0]}
     med = {k: statistics.median(v) for k, v in steps.items()}
     low = {k: min(v) for k, v in steps.items()}
-    print(f"model {a.size} ({n_params / 1e6:.1f}M params, {n_params * 4 / 2**20:.1f} MiB of fp32 gradients), "
-          f"DDP on {a.nproc} gloo ranks x 1 thread, micro batch {a.micro_batch} x {a.seq_len} tokens, "
-          f"{a.pairs} blocks of {a.block} whole fit() steps per side, torch {torch.__version__}")
+    print(
+        f"model {a.size} ({n_params / 1e6:.1f}M params, {n_params * 4 / 2**20:.1f} MiB of fp32 gradients), "
+        f"DDP on {a.nproc} gloo ranks x 1 thread, micro batch {a.micro_batch} x {a.seq_len} tokens, "
+        f"{a.pairs} blocks of {a.block} whole fit() steps per side, torch {torch.__version__}"
+    )
     for k, v in steps.items():
-        print(f"  {k:8s} median step {med[k] * 1000:8.2f} ms, min {low[k] * 1000:8.2f} ms "
-              f"(quartiles {', '.join(f'{q * 1000:.1f}' for q in statistics.quantiles(v, n=4))})")
+        print(
+            f"  {k:8s} median step {med[k] * 1000:8.2f} ms, min {low[k] * 1000:8.2f} ms "
+            f"(quartiles {', '.join(f'{q * 1000:.1f}' for q in statistics.quantiles(v, n=4))})"
+        )
     # adjacent steps of a pair see about the same machine load: the median paired difference cancels drift
     paired = statistics.median((s - n) / s for s, n in zip(steps["sync"], steps["no_sync"]))
-    print(f"sync overhead = {paired:.1%} of the step by the median of paired steps, "
-          f"{(med['sync'] - med['no_sync']) / med['sync']:.1%} by medians, "
-          f"{(low['sync'] - low['no_sync']) / low['sync']:.1%} by minima  (goal <= 5%)")
+    print(
+        f"sync overhead = {paired:.1%} of the step by the median of paired steps, "
+        f"{(med['sync'] - med['no_sync']) / med['sync']:.1%} by medians, "
+        f"{(low['sync'] - low['no_sync']) / low['sync']:.1%} by minima  (goal <= 5%)"
+    )
 
 
 def main(argv=None):

@@ -34,11 +34,28 @@ ENGINES = {
 
 def step_time(tmp: Path, name: str, args: list[str], a) -> float:
     run = tmp / name.replace(" ", "_")
-    cmd = [sys.executable, "-m", "exatrain.cli.main", "train", "--nproc=2", f"--run.dir={run}", f"--model.size={a.size}",
-           f"--train.steps={a.steps}", "--train.eval_every=0", "--train.eval_at_start=false", "--train.eval_batches=1",
-           "--train.save_model=false", "--train.global_batch_size=16", "--train.micro_batch_size=8",
-           f"--train.log_every={a.steps}", "--data.seq_len=64", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "exatrain.cli.main",
+        "train",
+        "--nproc=2",
+        f"--run.dir={run}",
+        f"--model.size={a.size}",
+        f"--train.steps={a.steps}",
+        "--train.eval_every=0",
+        "--train.eval_at_start=false",
+        "--train.eval_batches=1",
+        "--train.save_model=false",
+        "--train.global_batch_size=16",
+        "--train.micro_batch_size=8",
+        f"--train.log_every={a.steps}",
+        "--data.seq_len=64",
+        *args,
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    )
     if r.returncode != 0:
         if "is not installed" in r.stderr:
             raise LookupError(r.stderr.strip().splitlines()[-2])
@@ -63,15 +80,21 @@ def main() -> int:
     p.add_argument("--size", default="tiny")
     a = p.parse_args()
     if a.rounds < MIN_ROUNDS:
-        p.error(f"--rounds {a.rounds}: fewer than {MIN_ROUNDS} rounds give no usable spread; use --rounds {MIN_ROUNDS}")
+        p.error(
+            f"--rounds {a.rounds}: fewer than {MIN_ROUNDS} rounds give no usable spread; use --rounds {MIN_ROUNDS}"
+        )
     times, missing = measure(a)
-    print(f"\nmodel {a.size}, 2 ranks (gloo, CPU), global batch 16 x 64 tokens, {a.steps} steps, {a.rounds} rounds "
-          "interleaved (rotating order)")
+    print(
+        f"\nmodel {a.size}, 2 ranks (gloo, CPU), global batch 16 x 64 tokens, {a.steps} steps, {a.rounds} rounds "
+        "interleaved (rotating order)"
+    )
     print(f"{'engine':<18} {'median ms/step':>14} {'ratio to DDP (median, min-max over rounds)':>44}")
     for name, values in times.items():
         ratios = [t / d for t, d in zip(values, times["DDP"])]
-        print(f"{name:<18} {statistics.median(values) * 1e3:14.1f} {statistics.median(ratios):13.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f})")
+        print(
+            f"{name:<18} {statistics.median(values) * 1e3:14.1f} {statistics.median(ratios):13.2f} "
+            f"({min(ratios):.2f}-{max(ratios):.2f})"
+        )
     for name, why in missing.items():
         print(f"{name:<18} not measured: {why}")
     return 0

@@ -41,8 +41,18 @@ SIDES = {"plain torchrun": [], "script runner": ["-m", "exatrain.launch.script_r
 
 def aborted(side: list[str], script: str, port: int) -> bool:
     """One torchrun of 4 workers; True when it aborted or failed."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", f"--master-port={port}", *side, script]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=4",
+        f"--master-port={port}",
+        *side,
+        script,
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     return r.returncode != 0 or "terminate called" in r.stdout + r.stderr
 
 
@@ -55,13 +65,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "ddp_exit.py")
         with open(script, "w") as f:
-            f.write(SCRIPT.replace("dist.destroy_process_group()", HELD + "dist.destroy_process_group()")
-                    if args.held else SCRIPT)
+            f.write(
+                SCRIPT.replace("dist.destroy_process_group()", HELD + "dist.destroy_process_group()")
+                if args.held
+                else SCRIPT
+            )
         for i in range(args.runs):
             for j, (name, side) in enumerate(SIDES.items()):
                 counts[name] += aborted(side, script, 31000 + 2 * i + j)
-            print(f"after {i + 1} runs per side: " + ", ".join(f"{k} {v} aborted" for k, v in counts.items()),
-                  flush=True)
+            print(
+                f"after {i + 1} runs per side: " + ", ".join(f"{k} {v} aborted" for k, v in counts.items()),
+                flush=True,
+            )
     for name, n in counts.items():
         print(f"{name}: {n} of {args.runs} runs aborted at exit")
 

@@ -30,11 +30,20 @@ def layouts(a):
     """name -> config of the two layouts compared."""
     from exatrain.config import load_config
 
-    base = [f"--model.size={a.size}", f"--data.seq_len={SEQ}", f"--train.micro_batch_size={BATCH}",
-            f"--train.global_batch_size={BATCH * a.nproc}", "--train.device=cpu"]
-    return {name: load_config(None, base + [f"--run.dir={a.run_dir}/{name}", *extra]) for name, extra in (
-        ("ddp", ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"]),
-        ("fsdp", ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"]))}
+    base = [
+        f"--model.size={a.size}",
+        f"--data.seq_len={SEQ}",
+        f"--train.micro_batch_size={BATCH}",
+        f"--train.global_batch_size={BATCH * a.nproc}",
+        "--train.device=cpu",
+    ]
+    return {
+        name: load_config(None, base + [f"--run.dir={a.run_dir}/{name}", *extra])
+        for name, extra in (
+            ("ddp", ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"]),
+            ("fsdp", ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"]),
+        )
+    }
 
 
 def measure(cfg, ctx):
@@ -72,12 +81,18 @@ def report(a, cfgs, per_rank):
     world = a.nproc
     fsdp, ddp = max(per_rank["fsdp"]), max(per_rank["ddp"])
     ratio = fsdp / (ddp / world)
-    planned = {k: (lambda r: r.params + r.grads + r.optimizer)(make_plan(c, world).ranks[0]) for k, c in cfgs.items()}
-    print(f"model {a.size}, synthetic data (vocab 512), AdamW, fp32, W={world} gloo ranks, torch {torch.__version__}")
+    planned = {
+        k: (lambda r: r.params + r.grads + r.optimizer)(make_plan(c, world).ranks[0]) for k, c in cfgs.items()
+    }
+    print(
+        f"model {a.size}, synthetic data (vocab 512), AdamW, fp32, W={world} gloo ranks, torch {torch.__version__}"
+    )
     for k in ("ddp", "fsdp"):
-        print(f"  {k:4s} per-rank params+grads+optimizer: max {max(per_rank[k]) / 2**20:8.2f} MiB "
-              f"(ranks: {', '.join(f'{b / 2**20:.2f}' for b in per_rank[k])}); "
-              f"exatrain plan: {planned[k] / 2**20:.2f} MiB")
+        print(
+            f"  {k:4s} per-rank params+grads+optimizer: max {max(per_rank[k]) / 2**20:8.2f} MiB "
+            f"(ranks: {', '.join(f'{b / 2**20:.2f}' for b in per_rank[k])}); "
+            f"exatrain plan: {planned[k] / 2**20:.2f} MiB"
+        )
     print(f"ratio FSDP / (DDP / {world}) = {ratio:.3f}  (goal <= 1.10)")
 
 

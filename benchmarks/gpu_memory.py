@@ -17,7 +17,7 @@ import argparse
 import gc
 import sys
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def parse(argv):
@@ -30,8 +30,16 @@ def parse(argv):
 def config(size, seq, batch, compiled):
     from exatrain.config import load_config
 
-    return load_config(None, [f"--model.size={size}", f"--data.seq_len={seq}", f"--train.micro_batch_size={batch}",
-                              f"--train.global_batch_size={batch}", f"--parallel.compile={str(compiled).lower()}"])
+    return load_config(
+        None,
+        [
+            f"--model.size={size}",
+            f"--data.seq_len={seq}",
+            f"--train.micro_batch_size={batch}",
+            f"--train.global_batch_size={batch}",
+            f"--parallel.compile={str(compiled).lower()}",
+        ],
+    )
 
 
 def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
@@ -39,8 +47,8 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
     import torch
 
     from benchmarks.gpu_mfu import one_rank_context
-    from exatrain.train.model_layout import apply_layout, lm_from_config
     from exatrain.engines.optim import build_optimizer
+    from exatrain.train.model_layout import apply_layout, lm_from_config
 
     device = torch.device("cuda", 0)
     cfg = config(size, seq, batch, compiled)
@@ -53,7 +61,7 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
 
     def forward():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            return model(x, y)
+            return model(x, y)  # noqa: F821 (bound above; ruff misreads the later `del model`)
 
     for _ in range(2):
         forward().backward()
@@ -61,15 +69,19 @@ def measure(size, seq, batch, vocab, compiled, full_state) -> dict:
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     marks = {"resident": torch.cuda.memory_allocated()}
+
     # hooks on modules outside the compiled blocks: the position embedding (just before block 0's input is
     # formed) and the final norm (right after the last block)
     def mark(name):
         def hook(*_):  # returns None: a hook's return value would replace the module's input or output
             marks.setdefault(name, torch.cuda.memory_allocated())
+
         return hook
 
-    hooks = [model.pos_embeddings.register_forward_hook(mark("embedded")),
-             model.norm.register_forward_pre_hook(mark("blocks_done"))]
+    hooks = [
+        model.pos_embeddings.register_forward_hook(mark("embedded")),
+        model.norm.register_forward_pre_hook(mark("blocks_done")),
+    ]
     torch.cuda.reset_peak_memory_stats()
     loss = forward()
     torch.cuda.synchronize()
@@ -99,18 +111,26 @@ def print_saved_tensors(model, forward, btd) -> None:
     def set_region(name):
         def hook(*_):
             region[0] = name
+
         return hook
 
     def pack(t):
         ptr = t.untyped_storage().data_ptr()
         if ptr not in seen:
-            seen[ptr] = (region[0], str(t.dtype).replace("torch.", ""), tuple(t.shape), t.untyped_storage().nbytes(),
-                         ptr in params)
+            seen[ptr] = (
+                region[0],
+                str(t.dtype).replace("torch.", ""),
+                tuple(t.shape),
+                t.untyped_storage().nbytes(),
+                ptr in params,
+            )
         return t
 
-    hooks = [model.layers["0"].register_forward_pre_hook(set_region("block0")),
-             model.layers["0"].register_forward_hook(set_region("blocks")),
-             model.norm.register_forward_pre_hook(set_region("head"))]
+    hooks = [
+        model.layers["0"].register_forward_pre_hook(set_region("block0")),
+        model.layers["0"].register_forward_hook(set_region("blocks")),
+        model.norm.register_forward_pre_hook(set_region("head")),
+    ]
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = forward()
     for h in hooks:
@@ -119,9 +139,11 @@ def print_saved_tensors(model, forward, btd) -> None:
     for name in ("embed", "block0", "head"):
         items = [v for v in seen.values() if v[0] == name]
         total = sum(v[3] for v in items if not v[4])
-        print(f"  saved in {name}: {total / btd:.2f} BTD bytes without parameters; "
-              + "; ".join(f"{d} {list(sh)} {n / btd:.2f}{' (param)' if p else ''}" for _, d, sh, n, p in items),
-              flush=True)
+        print(
+            f"  saved in {name}: {total / btd:.2f} BTD bytes without parameters; "
+            + "; ".join(f"{d} {list(sh)} {n / btd:.2f}{' (param)' if p else ''}" for _, d, sh, n, p in items),
+            flush=True,
+        )
 
 
 def report(size, seq, batch, vocab, compiled, m, plan) -> None:
@@ -134,13 +156,15 @@ def report(size, seq, batch, vocab, compiled, m, plan) -> None:
     acts = m["forward_done"] - m["resident"]
     grads = m["backward_done"] - m["resident"]
     peak = m["step_peak"]
-    print(f"{size}:{seq}:{batch}:{vocab} {'compiled' if compiled else 'eager   '}  resident {m['resident'] / MIB:8.0f} MiB  "
-          f"activations {acts / MIB:8.0f} MiB (per block {blocks / btd:5.2f} BTD bytes, head {head / MIB:6.0f} MiB = "
-          f"{head / (batch * seq * vocab):5.2f} B*T*V bytes)  grads {grads / MIB:7.0f} MiB  "
-          f"step peak {peak / MIB:8.0f} MiB = resident + activations + {(peak - m['forward_done']) / MIB:.0f} MiB  "
-          f"| plan total {plan.total / MIB:8.0f} MiB (params {plan.params / MIB:.0f}, grads {plan.grads / MIB:.0f}, "
-          f"AdamW {plan.optimizer / MIB:.0f}, weight copies {plan.weight_copies / MIB:.0f}, activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
-          flush=True)
+    print(
+        f"{size}:{seq}:{batch}:{vocab} {'compiled' if compiled else 'eager   '}  resident {m['resident'] / MIB:8.0f} MiB  "
+        f"activations {acts / MIB:8.0f} MiB (per block {blocks / btd:5.2f} BTD bytes, head {head / MIB:6.0f} MiB = "
+        f"{head / (batch * seq * vocab):5.2f} B*T*V bytes)  grads {grads / MIB:7.0f} MiB  "
+        f"step peak {peak / MIB:8.0f} MiB = resident + activations + {(peak - m['forward_done']) / MIB:.0f} MiB  "
+        f"| plan total {plan.total / MIB:8.0f} MiB (params {plan.params / MIB:.0f}, grads {plan.grads / MIB:.0f}, "
+        f"AdamW {plan.optimizer / MIB:.0f}, weight copies {plan.weight_copies / MIB:.0f}, activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:
@@ -154,8 +178,10 @@ def main(argv=None) -> int:
     from exatrain.tools.plan import make_plan
 
     torch.cuda.set_device(0)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 parameters, fused AdamW",
-          flush=True)
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 parameters, fused AdamW",
+        flush=True,
+    )
     modes = {"both": (False, True), "yes": (True,), "no": (False,)}[a.compile]
     cases = a.cases.split(",")
     if len(cases) * len(modes) > 1:  # one process per case: nothing of an earlier case stays allocated
@@ -163,8 +189,18 @@ def main(argv=None) -> int:
 
         for case in cases:
             for compiled in modes:
-                subprocess.run([sys.executable, "-m", "benchmarks.gpu_memory", "--cases", case,
-                                "--compile", "yes" if compiled else "no"], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.gpu_memory",
+                        "--cases",
+                        case,
+                        "--compile",
+                        "yes" if compiled else "no",
+                    ],
+                    check=True,
+                )
         return 0
     for case in cases:
         size, seq, batch, vocab = case.split(":")

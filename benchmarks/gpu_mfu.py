@@ -34,7 +34,7 @@ import sys
 import time
 
 BATCH = {"tiny": 8, "small": 32, "medium": 32, "large": 16, "xl": 8}  # samples per step at T = 2048
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def parse(argv):
@@ -49,9 +49,15 @@ def parse(argv):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s of the GPU")
     p.add_argument("--compile-backend", default="inductor")
-    p.add_argument("--profile", default="", help="write a torch.profiler trace of one exatrain step of the last "
-                                                  "size to this folder and print its top kernels")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke test of the code only")
+    p.add_argument(
+        "--profile",
+        default="",
+        help="write a torch.profiler trace of one exatrain step of the last "
+        "size to this folder and print its top kernels",
+    )
+    p.add_argument(
+        "--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke test of the code only"
+    )
     return p.parse_args(argv)
 
 
@@ -65,9 +71,18 @@ def exatrain_config(size, a, batch):
     """The configuration of a one-GPU `exatrain train` run of this size (compile per block)."""
     from exatrain.config import load_config
 
-    return load_config(None, [f"--model.size={size}", f"--data.seq_len={a.seq_len}", "--parallel.compile=true",
-                              f"--parallel.compile_backend={a.compile_backend}", f"--train.micro_batch_size={batch}",
-                              f"--train.global_batch_size={batch}", "--train.precision=bf16"])
+    return load_config(
+        None,
+        [
+            f"--model.size={size}",
+            f"--data.seq_len={a.seq_len}",
+            "--parallel.compile=true",
+            f"--parallel.compile_backend={a.compile_backend}",
+            f"--train.micro_batch_size={batch}",
+            f"--train.global_batch_size={batch}",
+            "--train.precision=bf16",
+        ],
+    )
 
 
 @functools.cache
@@ -83,17 +98,18 @@ def exatrain_side(size, a, device, full_state, batch):
     import torch
 
     import exatrain
+    from exatrain.engines.optim import build_optimizer, build_scheduler
     from exatrain.train.data_parallel_engine import DataParallelEngine
     from exatrain.train.model_layout import apply_layout, lm_from_config
-    from exatrain.engines.optim import build_optimizer, build_scheduler
 
     ctx = one_rank_context(device.type)
     cfg = exatrain_config(size, a, batch)
     reference = lm_from_config(cfg, a.vocab)  # as the trainer's reference_model: on the CPU, then laid out
     reference.load_state_dict(full_state)
     model = apply_layout(reference, ctx, cfg.parallel)
-    engine = DataParallelEngine(model, ctx.device, 0, False,
-                                lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16))
+    engine = DataParallelEngine(
+        model, ctx.device, 0, False, lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)
+    )
     opt = build_optimizer(engine.model_parts, cfg.train)
     sched = build_scheduler(opt, cfg.train)
     params = list(model.parameters())
@@ -131,8 +147,8 @@ def fsdp_side(size, a, device, full_state, batch):
     from exatrain.distributed.grad_norm import clip_grad_norm_
     from exatrain.distributed.parallelize import apply_compile, apply_fsdp
     from exatrain.distributed.state_dict import load_full_state_dict
-    from exatrain.models.transformer import build_model
     from exatrain.engines.optim import build_optimizer
+    from exatrain.models.transformer import build_model
 
     cfg = exatrain_config(size, a, batch)
     with torch.device("meta"):
@@ -166,8 +182,9 @@ def plain_side(size, a, device, full_state, batch):
     model.to(device)
     for block in model.layers.values():
         block.compile(backend=a.compile_backend)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=device.type == "cuda")
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1, fused=device.type == "cuda"
+    )
 
     def step(x, y):
         with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -181,7 +198,12 @@ def plain_side(size, a, device, full_state, batch):
     return step
 
 
-SIDES = {"plain": plain_side, "exatrain": exatrain_side, "exatrain_foreach": exatrain_foreach_side, "fsdp": fsdp_side}
+SIDES = {
+    "plain": plain_side,
+    "exatrain": exatrain_side,
+    "exatrain_foreach": exatrain_foreach_side,
+    "fsdp": fsdp_side,
+}
 
 
 def _sync(device):
@@ -216,9 +238,11 @@ def build_and_warm(name, size, a, device, full_state, batches, batch):
         step(*batches[0])
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / GIB
-    print(f"  {size:6s} {name:8s} built and warmed up in {time.perf_counter() - t0:.0f} s "
-          f"(warm-up losses {', '.join(f'{x:.3f}' for x in losses)}); peak memory of one step {peak:.2f} GiB",
-          flush=True)
+    print(
+        f"  {size:6s} {name:8s} built and warmed up in {time.perf_counter() - t0:.0f} s "
+        f"(warm-up losses {', '.join(f'{x:.3f}' for x in losses)}); peak memory of one step {peak:.2f} GiB",
+        flush=True,
+    )
     return step, peak
 
 
@@ -246,8 +270,10 @@ def run_size(size, a, device, plans) -> dict:
     batch = a.batch or BATCH.get(size, 8)
     tokens = batch * a.seq_len
     gen = torch.Generator(device="cpu").manual_seed(1)
-    batches = [(lambda t: (t, t.roll(-1, 1)))(torch.randint(a.vocab, (batch, a.seq_len), generator=gen).to(device))
-               for _ in range(4)]
+    batches = [
+        (lambda t: (t, t.roll(-1, 1)))(torch.randint(a.vocab, (batch, a.seq_len), generator=gen).to(device))
+        for _ in range(4)
+    ]
     names = a.variants.split(",")
     steps, peaks = {}, {}
     for name in names:
@@ -258,22 +284,31 @@ def run_size(size, a, device, plans) -> dict:
         order = names if rep % 2 == 0 else names[::-1]  # alternate who goes first
         for name in order:
             rates[name].append(a.steps * tokens / timed(steps[name], batches, a.steps, device))
-    print(f"  {size} ({n_params / 1e6:.0f}M params, {fpt / 1e9:.2f} GFLOP/token, batch {batch} x {a.seq_len}), "
-          f"{a.reps} interleaved reps x {a.steps} steps; plan's per-GPU total for the exatrain layout "
-          f"{plans.get(size, 0):.2f} GiB", flush=True)
+    print(
+        f"  {size} ({n_params / 1e6:.0f}M params, {fpt / 1e9:.2f} GFLOP/token, batch {batch} x {a.seq_len}), "
+        f"{a.reps} interleaved reps x {a.steps} steps; plan's per-GPU total for the exatrain layout "
+        f"{plans.get(size, 0):.2f} GiB",
+        flush=True,
+    )
     result = {}
     for name in names:
         med = statistics.median(rates[name])
         mfu = med * fpt / (a.peak_tflops * 1e12)
         result[name] = {"tokens_s": med, "mfu": mfu, "peak_gib": peaks[name]}
-        print(f"  {size:6s} {name:8s} {med:12,.0f} tokens/s (reps: {', '.join(f'{r:,.0f}' for r in rates[name])})  "
-              f"MFU {mfu:6.1%}  step {tokens / med * 1e3:7.1f} ms  peak memory {peaks[name]:.2f} GiB", flush=True)
+        print(
+            f"  {size:6s} {name:8s} {med:12,.0f} tokens/s (reps: {', '.join(f'{r:,.0f}' for r in rates[name])})  "
+            f"MFU {mfu:6.1%}  step {tokens / med * 1e3:7.1f} ms  peak memory {peaks[name]:.2f} GiB",
+            flush=True,
+        )
     if "plain" in names:
         for name in names:
             if name != "plain":
                 ratios = [x / p for x, p in zip(rates[name], rates["plain"])]
-                print(f"  {size:6s} ratio {name}/plain tokens/s = {statistics.median(ratios):.3f} "
-                      f"(per rep: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+                print(
+                    f"  {size:6s} ratio {name}/plain tokens/s = {statistics.median(ratios):.3f} "
+                    f"(per rep: {', '.join(f'{r:.3f}' for r in ratios)})",
+                    flush=True,
+                )
     if "exatrain" in names and plans.get(size):
         print(f"  {size:6s} exatrain peak memory / plan = {peaks['exatrain'] / plans[size]:.3f}", flush=True)
     if a.profile and size == a.sizes.split(",")[-1]:
@@ -311,19 +346,33 @@ def profile_step(step, batches, device, folder, size) -> None:
         shutil.copyfileobj(f, g)
     trace.unlink()
     events = prof.key_averages()
-    print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total",
-                       row_limit=30, max_name_column_width=90), flush=True)
+    print(
+        events.table(
+            sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total",
+            row_limit=30,
+            max_name_column_width=90,
+        ),
+        flush=True,
+    )
     if device.type == "cuda":
-        busy = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) / 2e6
-        print(f"profile: {wall * 1e3:.1f} ms per step (wall, profiled), GPU kernels busy {busy * 1e3:.1f} ms "
-              f"({busy / wall:.1%}); trace {trace}.gz", flush=True)
+        busy = (
+            sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+            / 2e6
+        )
+        print(
+            f"profile: {wall * 1e3:.1f} ms per step (wall, profiled), GPU kernels busy {busy * 1e3:.1f} ms "
+            f"({busy / wall:.1%}); trace {trace}.gz",
+            flush=True,
+        )
 
 
 def _one_rank_group(device):
     """FSDP needs a process group: a group of one on this machine (an in-process store: no rendezvous)."""
     import torch.distributed as dist
 
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
+    )
 
 
 def main(argv=None) -> int:
@@ -331,15 +380,21 @@ def main(argv=None) -> int:
     import torch
 
     if a.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_mfu: needs a CUDA GPU, and torch sees none on this machine (torch.cuda.is_available() is False); "
-              "run it on a GPU node, or --device cpu for a smoke test of the code path", file=sys.stderr)
+        print(
+            "gpu_mfu: needs a CUDA GPU, and torch sees none on this machine (torch.cuda.is_available() is False); "
+            "run it on a GPU node, or --device cpu for a smoke test of the code path",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device(a.device)
     if device.type == "cuda":
         torch.cuda.set_device(0)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke test, MFU meaningless)"
-    print(f"{name}, torch {torch.__version__}, peak {a.peak_tflops:g} TFLOP/s bf16, FLOPs/token = 6N + 12LDT, "
-          f"{a.reps} interleaved reps x {a.steps} timed steps after {a.warmup} warm-up steps per side", flush=True)
+    print(
+        f"{name}, torch {torch.__version__}, peak {a.peak_tflops:g} TFLOP/s bf16, FLOPs/token = 6N + 12LDT, "
+        f"{a.reps} interleaved reps x {a.steps} timed steps after {a.warmup} warm-up steps per side",
+        flush=True,
+    )
     sizes = a.sizes.split(",")
     plans = {s: plan_total(s, a, a.batch or BATCH.get(s, 8)) for s in sizes}  # before any process group
     one_rank_context(device.type)  # before the fsdp side's group: exatrain.init refuses to start beside one

@@ -30,6 +30,7 @@ from exatrain.train.trainer import Trainer
 
 def on_side(trainer):
     """The bare step with the marks Trainer.fit makes: the step marker and one mark per phase."""
+
     def step():
         heartbeat.step()
         heartbeat.mark("data")
@@ -39,6 +40,7 @@ def on_side(trainer):
         heartbeat.mark("optimizer")
         trainer._optimizer_step()
         heartbeat.mark("checkpoint")
+
     return step
 
 
@@ -51,10 +53,20 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={tmp}/run",
-                                 f"--train.global_batch_size={a.batch}", f"--train.micro_batch_size={a.batch}",
-                                 "--train.device=cpu", f"--train.steps={10 ** 6}", "--observe.tensorboard=off",
-                                 "--observe.monitor_interval_s=0"])
+        cfg = load_config(
+            None,
+            [
+                f"--model.size={a.size}",
+                f"--data.seq_len={a.seq_len}",
+                f"--run.dir={tmp}/run",
+                f"--train.global_batch_size={a.batch}",
+                f"--train.micro_batch_size={a.batch}",
+                "--train.device=cpu",
+                f"--train.steps={10**6}",
+                "--observe.tensorboard=off",
+                "--observe.monitor_interval_s=0",
+            ],
+        )
         ctx = init_distributed(detect_environment({}), "cpu")
         trainer = Trainer(cfg, ctx, prepare_data(cfg))
         sides = {"on": on_side(trainer), "off": off_side(trainer)}
@@ -62,13 +74,15 @@ def main():
             timed(step, 3)  # warm-up
         times = {k: [] for k in sides}
         for rep in range(a.reps):
-            for name in (list(sides) if rep % 2 == 0 else list(reversed(sides))):
+            for name in list(sides) if rep % 2 == 0 else list(reversed(sides)):
                 if name == "on":  # the watcher runs only while the ON side does
                     start_watcher(f"{tmp}/run", 0, 1, 3600, host="bench")
                 times[name].append(timed(sides[name], a.steps))
                 stop_watcher()
-        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, "
-              f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        print(
+            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+        )
         print(report(times, "on", "off", "goal <= 1.01"))
         print(_mark_cost(times["off"]))
 
@@ -82,11 +96,14 @@ def _mark_cost(off_times) -> str:
         heartbeat.step()
         for phase in ("data", "forward_backward", "optimizer", "checkpoint"):
             heartbeat.mark(phase)
+
     n = 200_000
     per_step = min(timeit.repeat(marks, number=n, repeat=5)) / n
     off = statistics.median(t.wall for t in off_times)
-    return (f"the 5 marks of one step: {per_step * 1e6:.2f} us = {per_step / off:.2e} of the median OFF step "
-            f"({off * 1e3:.1f} ms)")
+    return (
+        f"the 5 marks of one step: {per_step * 1e6:.2f} us = {per_step / off:.2e} of the median OFF step "
+        f"({off * 1e3:.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

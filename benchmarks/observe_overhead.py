@@ -34,14 +34,17 @@ from exatrain.train.trainer import Trainer
 
 def off_side(trainer):
     """The bare step: batches, forward/backward, optimizer."""
+
     def step():
         trainer.engine.train_step(trainer._micro_batches())
         trainer._optimizer_step()
+
     return step
 
 
 def on_side(trainer, metrics: StepMetrics, log: MetricsFanout, tokens: float, samples: float):
     """The same step as Trainer.fit runs it: timed phases, loss kept on the device, records on log steps."""
+
     def step():
         with metrics.phase("data"):
             batches = trainer._micro_batches()
@@ -53,6 +56,7 @@ def on_side(trainer, metrics: StepMetrics, log: MetricsFanout, tokens: float, sa
         record = metrics.end_step(tokens=tokens, samples=samples)
         if record is not None:
             log.write(kind="train", **record, lr=trainer.scheduler.get_last_lr()[0])
+
     return step
 
 
@@ -73,15 +77,27 @@ def main():
     p.add_argument("--log-every", type=int, default=10)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={tmp}/run",
-                                 f"--train.global_batch_size={a.batch}", f"--train.micro_batch_size={a.batch}",
-                                 "--train.device=cpu", f"--train.steps={10 ** 6}", "--observe.tensorboard=off",
-                                 "--observe.monitor_interval_s=0"])
+        cfg = load_config(
+            None,
+            [
+                f"--model.size={a.size}",
+                f"--data.seq_len={a.seq_len}",
+                f"--run.dir={tmp}/run",
+                f"--train.global_batch_size={a.batch}",
+                f"--train.micro_batch_size={a.batch}",
+                "--train.device=cpu",
+                f"--train.steps={10**6}",
+                "--observe.tensorboard=off",
+                "--observe.monitor_interval_s=0",
+            ],
+        )
         ctx = init_distributed(detect_environment({}), "cpu")
         trainer = Trainer(cfg, ctx, prepare_data(cfg))
         run = Path(tmp) / "on"
-        log = MetricsFanout(MetricsLog(run / "metrics.jsonl", enabled=True),
-                            TensorBoardLog(run / "tensorboard", enabled=tensorboard_available()))
+        log = MetricsFanout(
+            MetricsLog(run / "metrics.jsonl", enabled=True),
+            TensorBoardLog(run / "tensorboard", enabled=tensorboard_available()),
+        )
         monitor = GpuMonitor(run, interval_s=10.0).start()
         metrics = StepMetrics(a.log_every, ctx.device, flops_per_token=1.0)
         sides = {"on": on_side(trainer, metrics, log, a.batch * a.seq_len, a.batch), "off": off_side(trainer)}
@@ -89,14 +105,17 @@ def main():
             timed(step, 3)  # warm-up
         times = {k: [] for k in sides}
         for rep in range(a.reps):
-            for name in (list(sides) if rep % 2 == 0 else list(reversed(sides))):
+            for name in list(sides) if rep % 2 == 0 else list(reversed(sides)):
                 times[name].append(timed(sides[name], a.steps))
         monitor.stop()
         log.close()
-        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, log every "
-              f"{a.log_every}, tensorboard {'on' if tensorboard_available() else 'NOT INSTALLED'}, torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads")
+        print(
+            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, log every "
+            f"{a.log_every}, tensorboard {'on' if tensorboard_available() else 'NOT INSTALLED'}, torch "
+            f"{torch.__version__}, {torch.get_num_threads()} threads"
+        )
         print(report(times, "on", "off", "goal <= 1.01"))
+
 
 if __name__ == "__main__":
     main()

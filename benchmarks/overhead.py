@@ -26,9 +26,9 @@ from benchmarks.clock import Span, now, report
 from exatrain.config import load_config
 from exatrain.data import make_batch
 from exatrain.distributed import init_distributed, seed_everything
+from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.env import detect_environment
 from exatrain.models.transformer import build_model
-from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.train.entry import prepare_data
 from exatrain.train.trainer import Trainer
 
@@ -58,8 +58,9 @@ def plain_loop(cfg, corpus, batches, log):
 
 def fit_block(trainer, steps: int) -> Span:
     """Wall and CPU time of one `fit()` call that runs `steps` more steps (0: only the per-fit costs)."""
-    trainer.cfg = dataclasses.replace(trainer.cfg, train=dataclasses.replace(trainer.cfg.train,
-                                                                             steps=trainer.step + steps))
+    trainer.cfg = dataclasses.replace(
+        trainer.cfg, train=dataclasses.replace(trainer.cfg.train, steps=trainer.step + steps)
+    )
     t0 = now()
     trainer.fit()
     return now() - t0
@@ -67,6 +68,7 @@ def fit_block(trainer, steps: int) -> Span:
 
 def exatrain_loop(trainer):
     """Per-step time of whole fit() steps: a fit() of n steps minus a fit() of none, over n."""
+
     def block(start, n):
         return (fit_block(trainer, n) - fit_block(trainer, 0)) / n
 
@@ -93,19 +95,36 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, [f"--model.size={a.size}", f"--data.seq_len={a.seq_len}", f"--run.dir={tmp}/run",
-                                 f"--train.global_batch_size={a.batch}", f"--train.micro_batch_size={a.batch}",
-                                 "--train.device=cpu", f"--train.steps={10 ** 6}", "--train.eval_at_start=false",
-                                 "--train.eval_every=0", "--train.eval_batches=1", "--train.save_model=false",
-                                 "--train.log_every=10"])
+        cfg = load_config(
+            None,
+            [
+                f"--model.size={a.size}",
+                f"--data.seq_len={a.seq_len}",
+                f"--run.dir={tmp}/run",
+                f"--train.global_batch_size={a.batch}",
+                f"--train.micro_batch_size={a.batch}",
+                "--train.device=cpu",
+                f"--train.steps={10**6}",
+                "--train.eval_at_start=false",
+                "--train.eval_every=0",
+                "--train.eval_batches=1",
+                "--train.save_model=false",
+                "--train.log_every=10",
+            ],
+        )
         ctx = init_distributed(detect_environment({}), "cpu")
         corpus = prepare_data(cfg)
         trainer = Trainer(cfg, ctx, corpus)
         start = trainer.sampler.state_dict()
         batches = [mbs[0] for mbs in trainer.sampler.iter_steps(64)]  # the same windows for both sides
         trainer.sampler.load_state_dict(start)
-        trainer.progress.enabled = False  # no progress lines on stdout (the metrics records are still written)
-        sides = {"exatrain": exatrain_loop(trainer), "plain": plain_block(plain_loop(cfg, corpus, batches, []))}
+        trainer.progress.enabled = (
+            False  # no progress lines on stdout (the metrics records are still written)
+        )
+        sides = {
+            "exatrain": exatrain_loop(trainer),
+            "plain": plain_block(plain_loop(cfg, corpus, batches, [])),
+        }
         for block in sides.values():
             block(0, 3)  # warm-up
         times = {k: [] for k in sides}
@@ -113,9 +132,11 @@ def main():
             order = list(sides) if rep % 2 == 0 else list(reversed(sides))
             for name in order:
                 times[name].append(sides[name](rep * a.steps, a.steps))
-        print(f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side "
-              "(exatrain: whole fit() steps), "
-              f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        print(
+            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side "
+            "(exatrain: whole fit() steps), "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+        )
         print(report(times, "exatrain", "plain", "goal <= 1.02"))
 
 

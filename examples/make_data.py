@@ -15,8 +15,9 @@ import random
 from pathlib import Path
 
 
-def make_wikitext(out: str | Path, lines: tuple[int, int, int] = (400, 60, 60), vocab: int = 200,
-                  seed: int = 0) -> Path:
+def make_wikitext(
+    out: str | Path, lines: tuple[int, int, int] = (400, 60, 60), vocab: int = 200, seed: int = 0
+) -> Path:
     """Write train.txt, valid.txt and test.txt (WikiText-2 layout: ' = Title = ' headings, tokenised words
     separated by spaces, blank lines between paragraphs) with `lines` paragraph lines per split."""
     rng = random.Random(seed)
@@ -39,7 +40,9 @@ def make_wikitext(out: str | Path, lines: tuple[int, int, int] = (400, 60, 60), 
     return out
 
 
-def make_images(out: str | Path, classes: int = 3, per_class: int = 16, size: int = 32, seed: int = 0) -> Path:
+def make_images(
+    out: str | Path, classes: int = 3, per_class: int = 16, size: int = 32, seed: int = 0
+) -> Path:
     """Write an ImageFolder directory: `classes` sub-directories of `per_class` size x size RGB PNGs."""
     from PIL import Image
 
@@ -53,8 +56,12 @@ def make_images(out: str | Path, classes: int = 3, per_class: int = 16, size: in
         for n in range(per_class):
             img = Image.new("RGB", (size, size))
             pixels = [
-                tuple(max(0, min(255, v + (60 if (x // period) % 2 else -60) + rng.randint(-30, 30))) for v in base)
-                for _y in range(size) for x in range(size)
+                tuple(
+                    max(0, min(255, v + (60 if (x // period) % 2 else -60) + rng.randint(-30, 30)))
+                    for v in base
+                )
+                for _y in range(size)
+                for x in range(size)
             ]
             img.putdata(pixels)
             img.save(folder / f"{n:04d}.png")
@@ -62,7 +69,9 @@ def make_images(out: str | Path, classes: int = 3, per_class: int = 16, size: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("kind", choices=["wikitext", "images"])
     parser.add_argument("out", help="directory to write (created if missing)")
     parser.add_argument("--seed", type=int, default=0)

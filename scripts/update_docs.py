@@ -9,8 +9,8 @@ tests/unit/test_docs_generated.py fails while any of them differs from what this
 
 from pathlib import Path
 
-from exatrain.config import reference
 from exatrain.cli.reference import cli_reference, troubleshooting
+from exatrain.config import reference
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 START, END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"

@@ -15,9 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def clean_environment(env=None) -> dict:
     """This process's environment without launcher variables (so the CLI starts its own workers), plus `env`."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "MASTER_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "MASTER_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    }
     base.update(env or {})
     return base
 
@@ -25,8 +28,14 @@ def clean_environment(env=None) -> dict:
 def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
     """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables),
     optionally under a wrapper command such as `taskset -c 1`."""
-    return subprocess.run([*wrap, sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*wrap, sys.executable, "-m", "exatrain.cli.main", *args],
+        cwd=cwd,
+        env=clean_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @contextlib.contextmanager
@@ -36,8 +45,15 @@ def started_exatrain(args, cwd, env=None):
     up and block the workers); `finish(proc)` waits and returns (exit code, stdout, stderr)."""
     out, err = Path(cwd) / f"exatrain-{os.getpid()}.out", Path(cwd) / f"exatrain-{os.getpid()}.err"
     with out.open("w") as o, err.open("w") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=clean_environment(env),
-                                stdout=o, stderr=e, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exatrain.cli.main", *args],
+            cwd=cwd,
+            env=clean_environment(env),
+            stdout=o,
+            stderr=e,
+            text=True,
+            start_new_session=True,
+        )
     proc.out_path, proc.err_path = out, err
     try:
         yield proc
@@ -125,8 +141,10 @@ def pytest_collection_modifyitems(config, items):
 
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason=f"gpu: needs a CUDA GPU, and torch {torch.__version__} sees none on this machine "
-                                   "(run tests/gpu on a GPU node)")
+    skip = pytest.mark.skip(
+        reason=f"gpu: needs a CUDA GPU, and torch {torch.__version__} sees none on this machine "
+        "(run tests/gpu on a GPU node)"
+    )
     for item in gpu_items:
         item.add_marker(skip)
 

@@ -23,7 +23,9 @@ import exatrain
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default=str(Path(__file__).with_name("ds_config.json")), help="DeepSpeed JSON config")
+    p.add_argument(
+        "--config", default=str(Path(__file__).with_name("ds_config.json")), help="DeepSpeed JSON config"
+    )
     p.add_argument("--zero", type=int, default=None, help="ZeRO stage 0-3 (overrides the config's)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=1e-2)
@@ -45,13 +47,13 @@ def global_batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main():
     args = parse_args()
-    ctx = exatrain.init_deepspeed(seed=0)   # environment -> process group -> deepspeed.init_distributed
-    import deepspeed                          # after init_deepspeed: it chose DeepSpeed's accelerator
+    ctx = exatrain.init_deepspeed(seed=0)  # environment -> process group -> deepspeed.init_distributed
+    import deepspeed  # after init_deepspeed: it chose DeepSpeed's accelerator
 
     config = json.loads(Path(args.config).read_text())
     if args.zero is not None:
         config.setdefault("zero_optimization", {})["stage"] = args.zero
-    model = make_model()                      # same seed on every rank: same initial weights
+    model = make_model()  # same seed on every rank: same initial weights
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
@@ -60,21 +62,29 @@ def main():
     losses = []
     for step in range(args.steps):
         x, y = global_batch(step, micro * accum * ctx.world_size)
-        mine = slice(ctx.rank * micro * accum, (ctx.rank + 1) * micro * accum)   # this rank's share
+        mine = slice(ctx.rank * micro * accum, (ctx.rank + 1) * micro * accum)  # this rank's share
         step_loss = 0.0
         for i in range(accum):
             part = slice(mine.start + i * micro, mine.start + (i + 1) * micro)
             loss = nn.functional.mse_loss(engine(x[part].to(engine.device)), y[part].to(engine.device))
             engine.backward(loss)
-            engine.step()                     # DeepSpeed steps the optimizer at the accumulation boundary
+            engine.step()  # DeepSpeed steps the optimizer at the accumulation boundary
             step_loss += loss.item() / accum
         losses.append(exatrain.mean_across_ranks(step_loss))
         exatrain.print0(f"step {step + 1:>3}  loss {losses[-1]:.6f}")
 
     if ctx.is_root:
-        Path(args.out).write_text(json.dumps({
-            "losses": losses, "world_size": ctx.world_size, "zero_stage": engine.zero_optimization_stage(),
-            "micro_batch": micro, "accumulation": accum}))
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "losses": losses,
+                    "world_size": ctx.world_size,
+                    "zero_stage": engine.zero_optimization_stage(),
+                    "micro_batch": micro,
+                    "accumulation": accum,
+                }
+            )
+        )
     ctx.close()
 
 

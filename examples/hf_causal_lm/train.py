@@ -23,16 +23,24 @@ import exatrain
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Llama-style causal LM from a config, FSDP2 per decoder layer")
+    parser = argparse.ArgumentParser(
+        description="Llama-style causal LM from a config, FSDP2 per decoder layer"
+    )
     parser.add_argument("--data-dir", required=True, help="directory with train.txt or wiki.train.tokens")
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4, help="decoder layers")
     parser.add_argument("--heads", type=int, default=4, help="attention heads")
     parser.add_argument("--seq-len", type=int, default=128, help="bytes per training sequence")
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps in total (a resumed run continues)")
-    parser.add_argument("--batch-size", type=int, default=16, help="global batch: sequences per step over all ranks")
+    parser.add_argument(
+        "--steps", type=int, default=100, help="optimizer steps in total (a resumed run continues)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=16, help="global batch: sequences per step over all ranks"
+    )
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--checkpoint-interval", type=int, default=0, help="checkpoint every N steps (0: never)")
+    parser.add_argument(
+        "--checkpoint-interval", type=int, default=0, help="checkpoint every N steps (0: never)"
+    )
     parser.add_argument("--run-dir", default="runs/hf_causal_lm")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -42,8 +50,10 @@ class ByteSequences(Dataset):
     """Consecutive windows of the training text's UTF-8 bytes (token ids 0..255)."""
 
     def __init__(self, data_dir, seq_len):
-        path = next((p for p in (Path(data_dir) / "wiki.train.tokens", Path(data_dir) / "train.txt") if p.is_file()),
-                    None)
+        path = next(
+            (p for p in (Path(data_dir) / "wiki.train.tokens", Path(data_dir) / "train.txt") if p.is_file()),
+            None,
+        )
         if path is None:
             raise SystemExit(f"no wiki.train.tokens or train.txt in {data_dir}")
         self.ids = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8).long()
@@ -53,24 +63,40 @@ class ByteSequences(Dataset):
         return len(self.ids) // self.seq_len
 
     def __getitem__(self, i):
-        return self.ids[i * self.seq_len: (i + 1) * self.seq_len]
+        return self.ids[i * self.seq_len : (i + 1) * self.seq_len]
 
 
 def main(argv=None):
     args = parse_args(argv)
-    ctx = exatrain.init(seed=args.seed, dp_replicate=1, dp_shard=-1)  # FSDP2: parameters sharded over all ranks
-    loader = exatrain.DataLoader(ByteSequences(args.data_dir, args.seq_len), ctx, batch_size=args.batch_size,
-                                 shuffle=True, seed=args.seed)
+    ctx = exatrain.init(
+        seed=args.seed, dp_replicate=1, dp_shard=-1
+    )  # FSDP2: parameters sharded over all ranks
+    loader = exatrain.DataLoader(
+        ByteSequences(args.data_dir, args.seq_len),
+        ctx,
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=args.seed,
+    )
 
-    config = LlamaConfig(vocab_size=256, hidden_size=args.hidden_size, intermediate_size=4 * args.hidden_size,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         max_position_embeddings=args.seq_len, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=args.hidden_size,
+        intermediate_size=4 * args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        max_position_embeddings=args.seq_len,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config)  # random weights from the config: no download, no hub access
-    model = exatrain.parallelize(model, ctx)  # fully_shard on each LlamaDecoderLayer (found by itself), then the root
+    model = exatrain.parallelize(
+        model, ctx
+    )  # fully_shard on each LlamaDecoderLayer (found by itself), then the root
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
-    ckpt = exatrain.Checkpointer(args.run_dir, ctx, model=model, optimizer=optimizer, loader=loader,
-                                 interval=args.checkpoint_interval)
+    ckpt = exatrain.Checkpointer(
+        args.run_dir, ctx, model=model, optimizer=optimizer, loader=loader, interval=args.checkpoint_interval
+    )
     step = ckpt.resume()
     log = exatrain.MetricsLog(Path(args.run_dir) / "metrics.jsonl", resume_step=step)
     model.train()

@@ -31,8 +31,12 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--samples", type=int, default=64, help="size of the synthetic dataset")
     p.add_argument("--batch-size", type=int, default=4, help="samples per backward pass on each rank")
-    p.add_argument("--batches-per-allreduce", type=int, default=2,
-                   help="backward passes per optimizer step (Horovod's backward_passes_per_step)")
+    p.add_argument(
+        "--batches-per-allreduce",
+        type=int,
+        default=2,
+        help="backward passes per optimizer step (Horovod's backward_passes_per_step)",
+    )
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--out", default="horovod-own.json", help="rank 0 writes the losses here")
@@ -54,14 +58,16 @@ def make_dataset(samples: int) -> TensorDataset:
 def check_sizes(samples: int, per_step: int, ranks: int) -> None:
     """Every rank takes the same number of full steps from every epoch (no padded or dropped samples)."""
     if samples % (per_step * ranks):
-        raise SystemExit(f"--samples={samples} is not a multiple of --batch-size x --batches-per-allreduce x ranks "
-                         f"({per_step} x {ranks}). HINT: pass a --samples that is a multiple of {per_step * ranks}")
+        raise SystemExit(
+            f"--samples={samples} is not a multiple of --batch-size x --batches-per-allreduce x ranks "
+            f"({per_step} x {ranks}). HINT: pass a --samples that is a multiple of {per_step * ranks}"
+        )
 
 
 def main():
     args = parse_args()
     with exatrain.init(seed=0) as ctx:
-        hvd = exatrain.init_horovod(ctx)      # instead of hvd.init(): rendezvous and ranks from exatrain
+        hvd = exatrain.init_horovod(ctx)  # instead of hvd.init(): rendezvous and ranks from exatrain
         per_step = args.batch_size * args.batches_per_allreduce
         check_sizes(args.samples, per_step, hvd.size())
         dataset = make_dataset(args.samples)
@@ -73,8 +79,11 @@ def main():
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             backward_passes_per_step=args.batches_per_allreduce)
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            backward_passes_per_step=args.batches_per_allreduce,
+        )
 
         losses = []
         for epoch in range(args.epochs):
@@ -83,20 +92,31 @@ def main():
                 x, y = x.to(ctx.device), y.to(ctx.device)
                 optimizer.zero_grad()
                 step_loss = 0.0
-                for i in range(0, len(x), args.batch_size):   # one backward pass per --batch-size samples
-                    loss = nn.functional.mse_loss(model(x[i:i + args.batch_size]), y[i:i + args.batch_size])
+                for i in range(0, len(x), args.batch_size):  # one backward pass per --batch-size samples
+                    loss = nn.functional.mse_loss(
+                        model(x[i : i + args.batch_size]), y[i : i + args.batch_size]
+                    )
                     loss = loss / args.batches_per_allreduce
                     loss.backward()
                     step_loss += loss.item()
-                optimizer.step()                  # gradients averaged over the ranks by Horovod's allreduce
+                optimizer.step()  # gradients averaged over the ranks by Horovod's allreduce
                 losses.append(hvd.allreduce(torch.tensor(step_loss), name="loss").item())
                 exatrain.print0(f"epoch {epoch + 1} step {len(losses):>3}  loss {losses[-1]:.6f}")
 
         if hvd.rank() == 0:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({
-                "losses": losses, "size": hvd.size(), "local_size": hvd.local_size(), "batch_size": args.batch_size,
-                "batches_per_allreduce": args.batches_per_allreduce, "samples": args.samples}))
+            Path(args.out).write_text(
+                json.dumps(
+                    {
+                        "losses": losses,
+                        "size": hvd.size(),
+                        "local_size": hvd.local_size(),
+                        "batch_size": args.batch_size,
+                        "batches_per_allreduce": args.batches_per_allreduce,
+                        "samples": args.samples,
+                    }
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,10 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device),
-                device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(
+        nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device),
+        device_ids=[local_rank] if device.type == "cuda" else None,
+    )
     data = make_dataset()
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
@@ -77,9 +79,17 @@ def main() -> None:
             print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
 
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
-    report = {"seen": {k: os.environ.get(k) for k in SEEN}, "host": socket.gethostname(), "pid": os.getpid(),
-              "rank": rank, "world_size": world, "samples": len(sampler), "losses": losses, "step_losses": step_losses,
-              "checksum": checksum}
+    report = {
+        "seen": {k: os.environ.get(k) for k in SEEN},
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "rank": rank,
+        "world_size": world,
+        "samples": len(sampler),
+        "losses": losses,
+        "step_losses": step_losses,
+        "checksum": checksum,
+    }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -5,4 +5,11 @@ from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.state import TrainingState
 from exatrain.checkpoint.store import complete_checkpoints, latest
 
-__all__ = ["CheckpointManager", "TrainingState", "complete_checkpoints", "export_model", "latest", "load_model_file"]
+__all__ = [
+    "CheckpointManager",
+    "TrainingState",
+    "complete_checkpoints",
+    "export_model",
+    "latest",
+    "load_model_file",
+]

@@ -23,20 +23,41 @@ from exatrain.errors import ExatrainError
 from exatrain.observe import heartbeat
 from exatrain.slurm.requeue import EXIT_REQUEUE, requeue_job
 
-_MISMATCH_HINT = ("build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
-                  "fresh with another run_dir (or pass resume='' to ignore existing checkpoints)")
+_MISMATCH_HINT = (
+    "build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
+    "fresh with another run_dir (or pass resume='' to ignore existing checkpoints)"
+)
 
 
 class Checkpointer:
     """Checkpoints of one run under RUN_DIR/checkpoints/step-N; every rank makes every call."""
 
-    def __init__(self, run_dir, ctx, model, optimizer=None, scheduler=None, loader=None, extra: dict | None = None,
-                 interval: int = 0, keep: int = 3, async_save: bool = False, signals: str = "USR2,TERM",
-                 *, last_step: int | None = None, config: str = "", exit_on_signal: bool = True, log=print0,
-                 restart_hint: str = "run again to resume from this checkpoint", manager=None):
+    def __init__(
+        self,
+        run_dir,
+        ctx,
+        model,
+        optimizer=None,
+        scheduler=None,
+        loader=None,
+        extra: dict | None = None,
+        interval: int = 0,
+        keep: int = 3,
+        async_save: bool = False,
+        signals: str = "USR2,TERM",
+        *,
+        last_step: int | None = None,
+        config: str = "",
+        exit_on_signal: bool = True,
+        log=print0,
+        restart_hint: str = "run again to resume from this checkpoint",
+        manager=None,
+    ):
         self.ctx, self.loader, self.interval, self.last_step = ctx, loader, interval, last_step
         self.exit_on_signal, self.log, self.restart_hint = exit_on_signal, log, restart_hint
-        self.preempted: dict | None = None  # after a pre-timeout signal: step, checkpoint, requeued, exit_code
+        self.preempted: dict | None = (
+            None  # after a pre-timeout signal: step, checkpoint, requeued, exit_code
+        )
         self.extra = extra if extra is not None else {}  # the caller's dict, restored in place
         self.run_dir = Path(run_dir)
         self.step_count = 0
@@ -44,12 +65,24 @@ class Checkpointer:
         # for engines that write their own format; a DeepSpeed engine gets DeepSpeed's; default: exatrain's DCP
         if manager is None:
             manager = _engine_manager(model, self.run_dir / "checkpoints", interval, keep, ctx.world_size)
-        self.manager = (manager(self._progress, self._restore) if manager is not None else
-                        CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save))
+        self.manager = (
+            manager(self._progress, self._restore)
+            if manager is not None
+            else CheckpointManager(self.run_dir / "checkpoints", interval, keep, async_save)
+        )
         self.manager.on_commit = lambda path: self.log(f"checkpoint {path} committed")
         plain = model.module if isinstance(model, DistributedDataParallel) else model
-        self.state = TrainingState(plain, optimizer, scheduler, self._progress, self._restore, config, ctx.rank,
-                                   ctx.device, layout=ctx.dims.describe())
+        self.state = TrainingState(
+            plain,
+            optimizer,
+            scheduler,
+            self._progress,
+            self._restore,
+            config,
+            ctx.rank,
+            ctx.device,
+            layout=ctx.dims.describe(),
+        )
         self.preemption = PreemptionFlag(handled_signals(signals, ctx.env.kind, bool(ctx.env.job_id)))
         self.resumed_from: Path | None = None
 
@@ -114,7 +147,9 @@ class Checkpointer:
         """Every rank got here at the same step: checkpoint, rank 0 requeues, every rank exits."""
         self.log(f"signal {self.preemption.received or '(on another rank)'}: checkpointing at step {n}")
         self.manager.wait()
-        path = self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)  # commit says so
+        path = (
+            self.manager.root / f"step-{n}" if saved else self.manager.save(n, self.state)
+        )  # commit says so
         env = self.ctx.env
         requeued, message = False, f"not a SLURM job step: {self.restart_hint}"
         if is_root() and env.kind == "slurm" and env.job_id:
@@ -161,8 +196,10 @@ def _engine_manager(model, root: Path, interval: int, keep: int, world_size: int
         if is_engine(model):
             return factory(root, interval, keep, model, world_size)
     if type(model).__module__.startswith("deepspeed."):
-        raise ExatrainError(f"Checkpointer got a DeepSpeed engine ({type(model).__name__}) but exatrain's DeepSpeed "
-                            "support was not set up in this process",
-                            "call exatrain.init_deepspeed() (or exatrain.attach_deepspeed(ctx)) before "
-                            "deepspeed.initialize, as examples/deepspeed_own/train.py does")
+        raise ExatrainError(
+            f"Checkpointer got a DeepSpeed engine ({type(model).__name__}) but exatrain's DeepSpeed "
+            "support was not set up in this process",
+            "call exatrain.init_deepspeed() (or exatrain.attach_deepspeed(ctx)) before "
+            "deepspeed.initialize, as examples/deepspeed_own/train.py does",
+        )
     return None

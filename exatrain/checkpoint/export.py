@@ -21,11 +21,15 @@ def export_model(checkpoint: str | Path, out_file: str | Path) -> Path:
     """
     src, out = Path(checkpoint), Path(out_file)
     if not src.is_dir() or not is_complete(src):
-        raise ExatrainError(f"{src} is not a complete checkpoint (a step-N folder with {MARKER} and .metadata)",
-                            "pass a folder like RUN_DIR/checkpoints/step-100")
+        raise ExatrainError(
+            f"{src} is not a complete checkpoint (a step-N folder with {MARKER} and .metadata)",
+            "pass a folder like RUN_DIR/checkpoints/step-100",
+        )
     if not out.parent.is_dir():
-        raise ExatrainError(f"export target directory {out.parent} does not exist",
-                            f"create it first (mkdir -p {out.parent}) or choose another output path")
+        raise ExatrainError(
+            f"export target directory {out.parent} does not exist",
+            f"create it first (mkdir -p {out.parent}) or choose another output path",
+        )
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp:
         whole = Path(tmp) / "whole.pt"
         dcp_to_torch_save(str(src), str(whole))
@@ -40,7 +44,9 @@ def load_model_file(model: torch.nn.Module, path: str | Path) -> None:
     """Seed a plain model from a full state dict file, after checking names and shapes."""
     p = Path(path)
     if not p.is_file():
-        raise ExatrainError(f"model file {p} does not exist", "export one with `exatrain checkpoint export CKPT FILE`")
+        raise ExatrainError(
+            f"model file {p} does not exist", "export one with `exatrain checkpoint export CKPT FILE`"
+        )
     state = torch.load(p, map_location="cpu", weights_only=True)
     require_match(model, {k: tuple(v.shape) for k, v in state.items()}, f"model file {p}")
     model.load_state_dict(state)

@@ -14,9 +14,22 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from exatrain.checkpoint.compatibility import checkpoint_model_shapes, model_shapes, read_metadata, require_shapes
+from exatrain.checkpoint.compatibility import (
+    checkpoint_model_shapes,
+    model_shapes,
+    read_metadata,
+    require_shapes,
+)
 from exatrain.checkpoint.state import TrainingState
-from exatrain.checkpoint.store import clean_incomplete, commit, delete, partial_dir, resolve_resume, retire, step_dir
+from exatrain.checkpoint.store import (
+    clean_incomplete,
+    commit,
+    delete,
+    partial_dir,
+    resolve_resume,
+    retire,
+    step_dir,
+)
 from exatrain.checkpoint.writer import checkpoint_writer
 from exatrain.distributed import all_gather_objects, all_ranks, any_rank, barrier, is_root
 from exatrain.errors import ExatrainError
@@ -34,7 +47,9 @@ class CheckpointManager:
 
     def __init__(self, root: Path, interval: int, keep: int, async_save: bool = False, on_commit=None):
         self.root, self.interval, self.keep, self.async_save = Path(root), interval, keep, async_save
-        self.on_commit = on_commit  # called on rank 0 with each committed checkpoint's path (say so in the output)
+        self.on_commit = (
+            on_commit  # called on rank 0 with each committed checkpoint's path (say so in the output)
+        )
         self.resumed_from: Path | None = None
         self.pending: tuple[Future, int] | None = None  # the one background save allowed in flight
         # A background save runs collectives from its own thread: on the training group they would
@@ -42,11 +57,23 @@ class CheckpointManager:
         self.group = dist.new_group(backend="gloo") if async_save and dist.is_initialized() else None
         # The in-memory copy of the state is also made in the background (into buffers kept between saves);
         # the optimizer's next step, which changes the state, waits for it (see _guard).
-        self.stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
-                                                   use_async_staging=True, use_non_blocking_copy=False)) if async_save else None
+        self.stager = (
+            DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=False,
+                    use_shared_memory=False,
+                    use_async_staging=True,
+                    use_non_blocking_copy=False,
+                )
+            )
+            if async_save
+            else None
+        )
         self.staging: Future | None = None
         self._guarded: set[int] = set()  # ids of the optimizers whose step waits for the copy
-        self.pruning: threading.Thread | None = None  # rank 0: deletes the checkpoints retired by the last commit
+        self.pruning: threading.Thread | None = (
+            None  # rank 0: deletes the checkpoints retired by the last commit
+        )
 
     def start(self, resume: str) -> Path | None:
         """Clean leftovers of killed saves (rank 0), then pick the checkpoint to resume from, if any."""
@@ -69,8 +96,13 @@ class CheckpointManager:
         try:
             writer = checkpoint_writer(partial, step)
             if self.async_save and not blocking:
-                response = dcp.async_save(state.entries(), storage_writer=writer, planner=self._planner(),
-                                          process_group=self.group, async_stager=self.stager)
+                response = dcp.async_save(
+                    state.entries(),
+                    storage_writer=writer,
+                    planner=self._planner(),
+                    process_group=self.group,
+                    async_stager=self.stager,
+                )
                 self._guard(state.optimizer)
                 self.staging, self.pending = response.staging_completion, (response.upload_completion, step)
                 return step_dir(self.root, step)
@@ -152,7 +184,9 @@ class CheckpointManager:
         except _FAILURES as e:  # the background thread's exception, re-raised here
             error = _reason(e)
         if any_rank(error is not None):
-            raise _save_failed(step, partial_dir(self.root, step), error or "on another rank", background=True)
+            raise _save_failed(
+                step, partial_dir(self.root, step), error or "on another rank", background=True
+            )
         self._commit(step)
 
     def load(self, path: Path, state: TrainingState, mismatch_hint: str | None = None) -> None:
@@ -163,13 +197,19 @@ class CheckpointManager:
         expected: dict[str, tuple] = {}
         for shapes in all_gather_objects(model_shapes(state.model)):
             expected.update(shapes)
-        require_shapes(expected, checkpoint_model_shapes(meta), f"checkpoint {path}",
-                       **({"hint": mismatch_hint} if mismatch_hint else {}))
+        require_shapes(
+            expected,
+            checkpoint_model_shapes(meta),
+            f"checkpoint {path}",
+            **({"hint": mismatch_hint} if mismatch_hint else {}),
+        )
         try:
             dcp.load(state.entries(meta.state_dict_metadata), checkpoint_id=str(path))
         except _FAILURES as e:
-            raise ExatrainError(f"loading checkpoint {path} failed ({_reason(e)})",
-                                "the checkpoint may be damaged: resume from an earlier step-N folder") from None
+            raise ExatrainError(
+                f"loading checkpoint {path} failed ({_reason(e)})",
+                "the checkpoint may be damaged: resume from an earlier step-N folder",
+            ) from None
 
 
 def _reason(e: BaseException) -> str:
@@ -185,6 +225,8 @@ def _reason(e: BaseException) -> str:
 
 def _save_failed(step: int, where: Path, reason: str, background: bool = False) -> ExatrainError:
     kind = "background save" if background else "save"
-    return ExatrainError(f"the {kind} of step {step} to {where} failed ({reason})",
-                         "check free space and permissions of the run directory; the previous checkpoint "
-                         "is intact and --checkpoint.resume=auto uses it")
+    return ExatrainError(
+        f"the {kind} of step {step} to {where} failed ({reason})",
+        "check free space and permissions of the run directory; the previous checkpoint "
+        "is intact and --checkpoint.resume=auto uses it",
+    )

@@ -49,7 +49,9 @@ def _signal(name: str) -> signal.Signals:
     try:
         return signal.Signals[key]
     except KeyError:
-        raise ConfigError(f"checkpoint.signals: unknown signal {name!r}", "use names such as USR2, TERM, USR1") from None
+        raise ConfigError(
+            f"checkpoint.signals: unknown signal {name!r}", "use names such as USR2, TERM, USR1"
+        ) from None
 
 
 def handled_signals(setting: str, kind: str, in_slurm_job: bool) -> tuple[str, ...]:
@@ -66,7 +68,11 @@ def handled_signals(setting: str, kind: str, in_slurm_job: bool) -> tuple[str, .
 def request_requeue(run_dir: Path, under_torchrun: bool) -> str:
     """Leave RUN_DIR/requeue-requested for whoever started the ranks (the batch script requeues the job,
     `exatrain train --nproc` exits 75); returns the line to print. Call on one rank, after the commit."""
-    (run_dir / REQUEUE_MARKER).write_text("checkpoint committed; requeue or restart with --checkpoint.resume=auto\n")
-    how = ("torchrun's agent exits 1 after a signal, so" if under_torchrun else f"exit code {EXIT_REQUEUE};")
-    return (f"could not requeue from here: {how} {run_dir / REQUEUE_MARKER} tells the batch script to requeue "
-            "(outside SLURM: restart with --checkpoint.resume=auto)")
+    (run_dir / REQUEUE_MARKER).write_text(
+        "checkpoint committed; requeue or restart with --checkpoint.resume=auto\n"
+    )
+    how = "torchrun's agent exits 1 after a signal, so" if under_torchrun else f"exit code {EXIT_REQUEUE};"
+    return (
+        f"could not requeue from here: {how} {run_dir / REQUEUE_MARKER} tells the batch script to requeue "
+        "(outside SLURM: restart with --checkpoint.resume=auto)"
+    )

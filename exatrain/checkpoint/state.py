@@ -20,7 +20,12 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.stateful import Stateful
 
 
@@ -28,9 +33,18 @@ class TrainingState(Stateful):
     """What a checkpoint holds; `get_progress`/`set_progress` connect it to the trainer's counters.
     `optimizer` and `scheduler` may be None (then they are neither saved nor loaded)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler,
-                 get_progress: Callable[[], dict], set_progress: Callable[[dict], None], config_text: str,
-                 rank: int = 0, device: torch.device | None = None, layout: str = ""):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler,
+        get_progress: Callable[[], dict],
+        set_progress: Callable[[dict], None],
+        config_text: str,
+        rank: int = 0,
+        device: torch.device | None = None,
+        layout: str = "",
+    ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.get_progress, self.set_progress = get_progress, set_progress
         self.config_text = config_text
@@ -41,7 +55,7 @@ class TrainingState(Stateful):
         only when the checkpoint has it."""
         if saved_keys is None:
             return {"app": self, self.rng.key: self.rng}
-        found = {k[len(self.rng.key) + 1:] for k in saved_keys if k.startswith(self.rng.key + ".")}
+        found = {k[len(self.rng.key) + 1 :] for k in saved_keys if k.startswith(self.rng.key + ".")}
         if not found:
             return {"app": self}
         self.rng.expect(found)
@@ -61,7 +75,9 @@ class TrainingState(Stateful):
         if self.optimizer is None:
             set_model_state_dict(self.model, state["model"])
         else:
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            set_state_dict(
+                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            )
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.set_progress(state["progress"])
@@ -86,8 +102,12 @@ class RngState(Stateful):
 
     def state_dict(self) -> dict:
         name, keys, pos, has_gauss, cached = np.random.get_state()
-        state = {"layout": self.layout, "torch": torch.get_rng_state(), "python": random.getstate(),
-                 "numpy": (name, tuple(int(k) for k in keys), int(pos), int(has_gauss), float(cached))}
+        state = {
+            "layout": self.layout,
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": (name, tuple(int(k) for k in keys), int(pos), int(has_gauss), float(cached)),
+        }
         if self.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(self.device)
         if self._expected is not None:

@@ -135,9 +135,13 @@ def resolve_resume(spec: str, root: Path) -> Path | None:
         return latest(root)
     path = Path(spec)
     if not path.is_dir():
-        raise ExatrainError(f"checkpoint.resume={spec!r}: no such checkpoint directory",
-                            f"use --checkpoint.resume=auto to pick the latest in {root}, or a step-N folder there")
+        raise ExatrainError(
+            f"checkpoint.resume={spec!r}: no such checkpoint directory",
+            f"use --checkpoint.resume=auto to pick the latest in {root}, or a step-N folder there",
+        )
     if not is_complete(path):
-        raise ExatrainError(f"checkpoint {path} is incomplete (no {MARKER} marker or .metadata): its save never finished",
-                            "resume from an earlier step-N folder, or --checkpoint.resume=auto")
+        raise ExatrainError(
+            f"checkpoint {path} is incomplete (no {MARKER} marker or .metadata): its save never finished",
+            "resume from an earlier step-N folder, or --checkpoint.resume=auto",
+        )
     return path

@@ -81,7 +81,9 @@ class CheckpointFileSystem(FileSystem):
             try:
                 stream = WritebackFile(path)
             except OSError as e:
-                stream = _Unopened(e)  # a context manager must yield; its first use raises into the except below
+                stream = _Unopened(
+                    e
+                )  # a context manager must yield; its first use raises into the except below
             with stream:
                 yield stream
         except Exception as e:  # kept for write_data to raise, instead of ending a writer thread (see there)

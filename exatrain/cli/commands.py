@@ -10,8 +10,7 @@ import tempfile
 from pathlib import Path
 
 from exatrain.config import load_config, reference, to_toml
-from exatrain.errors import ConfigError
-from exatrain.errors import ExatrainError
+from exatrain.errors import ConfigError, ExatrainError
 
 
 def _check_torch(trainer: bool = False) -> None:
@@ -26,10 +25,9 @@ def _check_torch(trainer: bool = False) -> None:
 def cmd_train(args, overrides: list[str]) -> int:
     """Train here if a launcher (torchrun, srun, mpirun) started us; otherwise start local workers."""
     _check_torch(trainer=True)
+    from exatrain.env import detect_environment
     from exatrain.launch import check_nproc, launch_local
     from exatrain.train.preflight import preflight
-
-    from exatrain.env import detect_environment
 
     if args.affinity:
         overrides = [*overrides, f"--dist.affinity={args.affinity}"]
@@ -40,8 +38,11 @@ def cmd_train(args, overrides: list[str]) -> int:
             print(f"exatrain: note: {note}", file=sys.stderr)
     if env.kind != "local":
         if args.nproc not in (None, 1):
-            print(f"exatrain: note: --nproc ignored: already launched by {env.kind} "
-                  f"with {env.world_size} rank(s)", file=sys.stderr)
+            print(
+                f"exatrain: note: --nproc ignored: already launched by {env.kind} "
+                f"with {env.world_size} rank(s)",
+                file=sys.stderr,
+            )
         return _train_here(cfg)
     nproc = check_nproc(args.nproc if args.nproc is not None else _default_nproc())
     preflight(cfg, nproc)
@@ -50,9 +51,19 @@ def cmd_train(args, overrides: list[str]) -> int:
     from exatrain.train.data_setup import prepare_data
 
     prepare_data(cfg)  # fails early on bad data, and fills the cache once instead of in every worker
-    worker_args = ["train", *(["--config", str(Path(args.config).resolve())] if args.config else []), *overrides]
-    return launch_local(nproc, "exatrain.cli.main", worker_args, max_restarts=args.max_restarts,
-                        signals=cfg.checkpoint.signals, run_dir=cfg.run.dir)
+    worker_args = [
+        "train",
+        *(["--config", str(Path(args.config).resolve())] if args.config else []),
+        *overrides,
+    ]
+    return launch_local(
+        nproc,
+        "exatrain.cli.main",
+        worker_args,
+        max_restarts=args.max_restarts,
+        signals=cfg.checkpoint.signals,
+        run_dir=cfg.run.dir,
+    )
 
 
 def _train_here(cfg) -> int:
@@ -78,18 +89,25 @@ def cmd_run(args, extra: list[str]) -> int:
 
     target = runner.check_target(_run_target(args.target))
     profile = _run_profile(args.site)
-    suffix = args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
-    env = detect_environment(None, master_suffix=suffix, resolve_master=args.resolve_master,
-                             master_port=args.master_port)
+    suffix = (
+        args.master_suffix if args.master_suffix is not None else (profile.master_suffix if profile else "")
+    )
+    env = detect_environment(
+        None, master_suffix=suffix, resolve_master=args.resolve_master, master_port=args.master_port
+    )
     tree = None if target.is_module else peers.parse_script(target.name)
     hang_env = _hang_variables(args)
     if env.kind == "local":
         return _run_local(args, env, target, tree, hang_env)
     if (args.nproc not in (None, 1) or args.max_restarts) and env.global_rank == 0:
-        print(f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
-              f"{env.world_size} rank(s)", file=sys.stderr)
-    child_env, notes = runner.rank_environment(env, os.environ, masks=profile.cpu_masks if profile else (),
-                                               affinity=args.affinity)
+        print(
+            f"exatrain: note: --nproc and --max-restarts ignored: already launched by {env.kind} with "
+            f"{env.world_size} rank(s)",
+            file=sys.stderr,
+        )
+    child_env, notes = runner.rank_environment(
+        env, os.environ, masks=profile.cpu_masks if profile else (), affinity=args.affinity
+    )
     if env.global_rank == 0:
         notes += peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=True)
     child_env.update(hang_env)
@@ -136,8 +154,8 @@ def _run_local(args, env, target, tree, hang_env: dict[str, str]) -> int:
     from exatrain.env.devices import count_node_gpus
     from exatrain.launch import check_nproc, peers
     from exatrain.launch.local import check_max_restarts, cores_note, launch_target
-    from exatrain.slurm.rank_command import SCRIPT_RUNNER
     from exatrain.launch.run import batch_shell_error
+    from exatrain.slurm.rank_command import SCRIPT_RUNNER
 
     problem = batch_shell_error(env)
     if problem and args.nproc is None:
@@ -155,8 +173,13 @@ def _run_local(args, env, target, tree, hang_env: dict[str, str]) -> int:
         print(f"exatrain: note: {note}", file=sys.stderr)
     for warning in peers.peer_warnings(tree, os.environ, count_node_gpus(), launched=False):
         print(f"exatrain: {warning}", file=sys.stderr)
-    return launch_target(nproc, ["-m", SCRIPT_RUNNER, *_runner_options(args), *target.words()],
-                         max_restarts=args.max_restarts, own_store=bool(spawns), extra_env=hang_env)
+    return launch_target(
+        nproc,
+        ["-m", SCRIPT_RUNNER, *_runner_options(args), *target.words()],
+        max_restarts=args.max_restarts,
+        own_store=bool(spawns),
+        extra_env=hang_env,
+    )
 
 
 def _runner_options(args) -> list[str]:
@@ -234,8 +257,10 @@ def cmd_cost(args, overrides: list[str]) -> int:
 
     job = load_config(args.config, overrides).job
     cost = estimate_cost(JobSpec.from_config(job), load_profile(job.profile))
-    print(f"{cost.units:g} {cost.unit} on {cost.partition} (rule {cost.rule}, for the whole time limit; "
-          f"sites charge the time used)")
+    print(
+        f"{cost.units:g} {cost.unit} on {cost.partition} (rule {cost.rule}, for the whole time limit; "
+        f"sites charge the time used)"
+    )
     print(f"  {cost.explanation}")
     for advice in cost.advice:
         print(f"ADVICE: {advice}")
@@ -252,23 +277,37 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
     _check_container(job, dry_run=args.dry_run or args.test_only)
     if args.dry_run:
         print(job.script, end="")
-        print(f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
-              f"then run: {shlex.join(['sbatch', '--parsable', str(job.script_path)])}", file=sys.stderr)
+        print(
+            f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
+            f"then run: {shlex.join(['sbatch', '--parsable', str(job.script_path)])}",
+            file=sys.stderr,
+        )
         folder = Path(job.output_paths("0")[0]).parent
         if not folder.is_dir():
-            print(f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
-                  "submitting this script by hand, or use `exatrain submit`", file=sys.stderr)
+            print(
+                f"exatrain: note: SLURM does not create the output directory {folder}: create it before "
+                "submitting this script by hand, or use `exatrain submit`",
+                file=sys.stderr,
+            )
         return 0
     if args.test_only:
         print(f"SLURM would accept it: {check_schedulable(job, runner)}")
         return 0
     job_id = submit(job, runner)
     out, err = job.output_paths(job_id)
-    tasks = (f" ({job.sweep.size} array tasks, run dirs {job.run_dir}/array-N; in output files %a = task "
-             "index, %j = task job id)") if job.sweep else ""
-    print(f"submitted job {job_id}{tasks}\n  script  {job.script_path}\n  config  {job.config_path}\n"
-          f"  run dir {job.run_dir}\n  stdout  {out}\n  stderr  {err}\n"
-          f"follow it with: exatrain status {job_id}")
+    tasks = (
+        (
+            f" ({job.sweep.size} array tasks, run dirs {job.run_dir}/array-N; in output files %a = task "
+            "index, %j = task job id)"
+        )
+        if job.sweep
+        else ""
+    )
+    print(
+        f"submitted job {job_id}{tasks}\n  script  {job.script_path}\n  config  {job.config_path}\n"
+        f"  run dir {job.run_dir}\n  stdout  {out}\n  stderr  {err}\n"
+        f"follow it with: exatrain status {job_id}"
+    )
     return 0
 
 
@@ -289,11 +328,15 @@ def cmd_container(args, extra: list[str]) -> int:
         import shutil
 
         shutil.rmtree(venv, ignore_errors=True)  # half a venv would pass the existence checks
-        raise ExatrainError(f"creating the venv {venv} through {args.image} failed (exit {done.returncode})",
-                            "read the output above; the image needs python with venv and pip")
+        raise ExatrainError(
+            f"creating the venv {venv} through {args.image} failed (exit {done.returncode})",
+            "read the output above; the image needs python with venv and pip",
+        )
     torch_version, version = check_image(args.runtime, args.image, args.start, venv, binds)
-    print(f"ready: {venv} (exatrain {version}, torch {torch_version} of the image); set job.container_venv = "
-          f"\"{venv}\" and job.container_start = \"{args.start}\"")
+    print(
+        f"ready: {venv} (exatrain {version}, torch {torch_version} of the image); set job.container_venv = "
+        f'"{venv}" and job.container_start = "{args.start}"'
+    )
     return 0
 
 
@@ -349,9 +392,18 @@ def cmd_doctor(args, extra: list[str]) -> int:
 
         return doctor_here(env, args)
     with tempfile.TemporaryDirectory(prefix="exatrain-doctor-") as verdicts:
-        forwarded = ["doctor", f"--max-size={args.max_size}", f"--iters={args.iters}", f"--device={args.device}",
-                     f"--timeout={args.timeout}", f"--site={args.site}", f"--cache-dir={args.cache_dir}",
-                     f"--nccl-log={args.nccl_log}", f"--nccl-log-dir={args.nccl_log_dir}", f"--verdict-dir={verdicts}"]
+        forwarded = [
+            "doctor",
+            f"--max-size={args.max_size}",
+            f"--iters={args.iters}",
+            f"--device={args.device}",
+            f"--timeout={args.timeout}",
+            f"--site={args.site}",
+            f"--cache-dir={args.cache_dir}",
+            f"--nccl-log={args.nccl_log}",
+            f"--nccl-log-dir={args.nccl_log_dir}",
+            f"--verdict-dir={verdicts}",
+        ]
         return _doctor_verdict(verdicts, nproc, launch_local(nproc, "exatrain.cli.main", forwarded))
 
 
@@ -376,10 +428,19 @@ def cmd_scale(args, overrides: list[str]) -> int:
     if args.nodes:
         from exatrain.slurm.runner import SlurmRunner
 
-        run_slurm_study(parse_counts(",".join(args.nodes), "--nodes"), out, args.mode, cfg.train.global_batch_size, config, overrides,
-                        SlurmRunner())
+        run_slurm_study(
+            parse_counts(",".join(args.nodes), "--nodes"),
+            out,
+            args.mode,
+            cfg.train.global_batch_size,
+            config,
+            overrides,
+            SlurmRunner(),
+        )
     else:
-        run_study(parse_counts(",".join(args.nproc)), out, args.mode, cfg.train.global_batch_size, config, overrides)
+        run_study(
+            parse_counts(",".join(args.nproc)), out, args.mode, cfg.train.global_batch_size, config, overrides
+        )
     return _report([str(out)], out / "report.html")
 
 
@@ -415,9 +476,11 @@ def cmd_plan(args, overrides: list[str]) -> int:
     cfg = load_config(args.config, overrides)
     gpu_gb, hardware, per_node = args.gpu_memory_gb, None, 0
     if args.time and not args.site:
-        raise ConfigError("--time needs the hardware constants of a site profile",
-                          "pass --site NAME|FILE whose [hardware] table sets matmul_tflops, intra_node_busbw_gbs "
-                          "and inter_node_busbw_gbs")
+        raise ConfigError(
+            "--time needs the hardware constants of a site profile",
+            "pass --site NAME|FILE whose [hardware] table sets matmul_tflops, intra_node_busbw_gbs "
+            "and inter_node_busbw_gbs",
+        )
     if args.site:
         from exatrain.slurm import load_profile
         from exatrain.tools.plan.estimate import check_hardware
@@ -425,13 +488,16 @@ def cmd_plan(args, overrides: list[str]) -> int:
         profile = load_profile(args.site)
         gpu_gb, per_node = profile.gpu_memory_gb or None, profile.gpus_per_node
         if per_node and args.world_size > per_node and args.world_size % per_node:
-            raise ConfigError(f"--world-size {args.world_size} does not fill whole nodes of site {args.site!r} "
-                              f"(gpus_per_node = {per_node})",
-                              f"use a multiple of {per_node} ranks, or a profile whose gpus_per_node fits the job")
+            raise ConfigError(
+                f"--world-size {args.world_size} does not fill whole nodes of site {args.site!r} "
+                f"(gpus_per_node = {per_node})",
+                f"use a multiple of {per_node} ranks, or a profile whose gpus_per_node fits the job",
+            )
         if args.time:
             hardware = check_hardware(profile.hardware, args.site)
-    plan = make_plan(cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node,
-                     comm=True)
+    plan = make_plan(
+        cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node, comm=True
+    )
     if args.json:
         print(to_json(plan))
     else:

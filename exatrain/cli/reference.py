@@ -37,8 +37,17 @@ def cli_reference() -> str:
     from exatrain.cli.main import build_parser
 
     parser = build_parser()
-    out = ["# CLI reference", "", "Generated from the argument parser by `scripts/update_docs.py`; "
-           "`exatrain COMMAND --help` prints the same.", "", "```text", _help(parser).rstrip(), "```", ""]
+    out = [
+        "# CLI reference",
+        "",
+        "Generated from the argument parser by `scripts/update_docs.py`; "
+        "`exatrain COMMAND --help` prints the same.",
+        "",
+        "```text",
+        _help(parser).rstrip(),
+        "```",
+        "",
+    ]
     for name, sub in _subcommands(parser):
         out += [f"## `exatrain {name}`", "", "```text", _help(sub).rstrip(), "```", ""]
     return "\n".join(out)
@@ -75,11 +84,15 @@ def troubleshooting() -> str:
         symptom = SYMPTOMS.get(rel.parts[0] if len(rel.parts) > 1 else "cli", SYMPTOMS["cli"])
         for _line, message, hint in hints_in(ast.parse(path.read_text())):
             groups[symptom].append(f"- **{message}**  \n  HINT: {hint}  \n  <small>`exatrain/{rel}`</small>")
-    out = ["# Troubleshooting", "",
-           "Every error exatrain raises says what is wrong and ends with a `HINT:` line saying how to fix it. "
-           "This page lists all of them, found in the source by `scripts/update_docs.py`, grouped by what "
-           "you see. `{...}` stands for a value filled in at run time (a path, a rank, a number). Search this "
-           "page for a few words of the message you got.", ""]
+    out = [
+        "# Troubleshooting",
+        "",
+        "Every error exatrain raises says what is wrong and ends with a `HINT:` line saying how to fix it. "
+        "This page lists all of them, found in the source by `scripts/update_docs.py`, grouped by what "
+        "you see. `{...}` stands for a value filled in at run time (a path, a rank, a number). Search this "
+        "page for a few words of the message you got.",
+        "",
+    ]
     for symptom, entries in groups.items():
         if entries:
             out += [f"## {symptom}", "", *entries, ""]
@@ -91,8 +104,12 @@ def hints_in(tree: ast.AST) -> list[tuple[int, str, str]]:
     f-string parts appear as `{expression}`."""
     found = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and _name(node.func).endswith("Error") and len(node.args) >= 2
-                and all(isinstance(a, (ast.Constant, ast.JoinedStr, ast.BinOp)) for a in node.args[:2])):
+        if (
+            isinstance(node, ast.Call)
+            and _name(node.func).endswith("Error")
+            and len(node.args) >= 2
+            and all(isinstance(a, (ast.Constant, ast.JoinedStr, ast.BinOp)) for a in node.args[:2])
+        ):
             found.append((node.lineno, _clean(_text(node.args[0])), _clean(_text(node.args[1]))))
     return sorted(found)
 
@@ -106,7 +123,9 @@ def _text(node: ast.expr) -> str:
     if isinstance(node, ast.Constant):
         text = str(node.value)
     elif isinstance(node, ast.JoinedStr):
-        text = "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}" for v in node.values)
+        text = "".join(
+            v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}" for v in node.values
+        )
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         text = _text(node.left) + _text(node.right)
     else:

@@ -17,7 +17,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool}
-_TYPE_NAMES = {"str | int": "str or int", "tuple[str, ...]": "list of str", "tuple[tuple[str, str], ...]": "table of str"}
+_TYPE_NAMES = {
+    "str | int": "str or int",
+    "tuple[str, ...]": "list of str",
+    "tuple[tuple[str, str], ...]": "table of str",
+}
 
 
 def sections() -> dict[str, type]:
@@ -46,7 +50,9 @@ def read_toml(path: str) -> dict[str, Any]:
     try:
         return tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path!r} is not valid TOML: {e}", "fix the TOML syntax at that line") from None
+        raise ConfigError(
+            f"config file {path!r} is not valid TOML: {e}", "fix the TOML syntax at that line"
+        ) from None
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -57,7 +63,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if not sep or not dot or not section or not key:
         raise ConfigError(
             f"cannot read override {text!r}",
-            "write overrides as --section.key=value, e.g. --train.steps=100 (sections: " + ", ".join(sections()) + ")",
+            "write overrides as --section.key=value, e.g. --train.steps=100 (sections: "
+            + ", ".join(sections())
+            + ")",
         )
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -80,7 +88,9 @@ def config_from_dict(data: dict[str, Any], source: str) -> Config:
     for name, cls in known.items():
         values = data.get(name, {})
         if not isinstance(values, dict):
-            raise ConfigError(f"[{name}] in {source} must be a table", f"write it as [{name}] followed by key = value lines")
+            raise ConfigError(
+                f"[{name}] in {source} must be a table", f"write it as [{name}] followed by key = value lines"
+            )
         built[name] = _build_section(name, cls, values, source)
     return Config(**built)
 
@@ -94,8 +104,11 @@ def _renamed_sections(data: dict[str, Any], source: str) -> dict[str, Any]:
     data = dict(data)
     for old, new in RENAMED_SECTIONS.items():
         if old in data:
-            print(f"exatrain: note: config section [{old}] in {source} is now [{new}] (--{new}.KEY=VALUE); "
-                  f"the old name is accepted until the next release", file=sys.stderr)
+            print(
+                f"exatrain: note: config section [{old}] in {source} is now [{new}] (--{new}.KEY=VALUE); "
+                f"the old name is accepted until the next release",
+                file=sys.stderr,
+            )
             values = data.pop(old)
             data[new] = {**values, **data.get(new, {})} if isinstance(values, dict) else values
     return data
@@ -126,8 +139,10 @@ def _coerce(key: str, type_name: str, value: Any) -> Any:
 
 
 def _wrong_type(key: str, type_name: str, value: Any, example: str) -> ConfigError:
-    return ConfigError(f"config key {key} must be {type_name}, got {value!r} ({type(value).__name__})",
-                       f"write {key} as {type_name}, e.g. {example}")
+    return ConfigError(
+        f"config key {key} must be {type_name}, got {value!r} ({type(value).__name__})",
+        f"write {key} as {type_name}, e.g. {example}",
+    )
 
 
 def _str_or_int(key: str, value: Any) -> str:
@@ -147,12 +162,20 @@ def _str_list(key: str, value: Any) -> tuple[str, ...]:
 def _str_table(key: str, value: Any) -> tuple[tuple[str, str], ...]:
     """A TOML table of strings, stored as sorted (name, value) pairs (deterministic, hashable)."""
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise _wrong_type(key, "a table of strings", value, f'[{key}] with NAME = "value" lines '
-                          f'(quote numbers too), or --{key}=\'{{NAME="value"}}\'')
+        raise _wrong_type(
+            key,
+            "a table of strings",
+            value,
+            f'[{key}] with NAME = "value" lines (quote numbers too), or --{key}=\'{{NAME="value"}}\'',
+        )
     return tuple(sorted((str(k), v) for k, v in value.items()))
 
 
-_COMPOUND = {"str | int": _str_or_int, "tuple[str, ...]": _str_list, "tuple[tuple[str, str], ...]": _str_table}
+_COMPOUND = {
+    "str | int": _str_or_int,
+    "tuple[str, ...]": _str_list,
+    "tuple[tuple[str, str], ...]": _str_table,
+}
 
 
 def _example(type_name: str) -> str:
@@ -193,7 +216,9 @@ def reference() -> str:
         out.append("| key | type | default | meaning |")
         out.append("|---|---|---|---|")
         for f in dataclasses.fields(cls):
-            out.append(f"| `{f.name}` | {_TYPE_NAMES.get(f.type, f.type)} | `{_toml_value(f.default, f.type)}` | "
-                       f"{f.metadata['help']} |")
+            out.append(
+                f"| `{f.name}` | {_TYPE_NAMES.get(f.type, f.type)} | `{_toml_value(f.default, f.type)}` | "
+                f"{f.metadata['help']} |"
+            )
         out.append("")
     return "\n".join(out)

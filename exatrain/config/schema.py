@@ -18,11 +18,16 @@ def doc(default, help: str):
 class RunConfig:
     """Where a run writes its outputs."""
 
-    dir: str = doc("runs/default", "Run directory: metrics.jsonl, summary.json, model files, per-rank reports.")
-    hang_timeout_s: float = doc(0.0, "Declare a rank hung after this many seconds without progress: every rank's "
-                                     "stacks and a diagnosis go to RUN_DIR/hang/ and the job stops with exit code "
-                                     "76 (restarted from the last checkpoint with --max-restarts); 0 = off. At "
-                                     "least 2, above the longest step, evaluation and checkpoint (docs/hangs.md).")
+    dir: str = doc(
+        "runs/default", "Run directory: metrics.jsonl, summary.json, model files, per-rank reports."
+    )
+    hang_timeout_s: float = doc(
+        0.0,
+        "Declare a rank hung after this many seconds without progress: every rank's "
+        "stacks and a diagnosis go to RUN_DIR/hang/ and the job stops with exit code "
+        "76 (restarted from the last checkpoint with --max-restarts); 0 = off. At "
+        "least 2, above the longest step, evaluation and checkpoint (docs/hangs.md).",
+    )
 
 
 @dataclass(frozen=True)
@@ -33,16 +38,23 @@ class ModelConfig:
     dropout: float = doc(0.0, "Dropout probability (0 keeps runs bit-reproducible).")
     n_layers: int = doc(0, "Override the named size's number of blocks (0 = the size's own depth).")
     dim: int = doc(0, "Override the named size's model width (0 = the size's own).")
-    n_heads: int = doc(0, "Override the named size's attention heads; they must divide the width (0 = the size's own).")
+    n_heads: int = doc(
+        0, "Override the named size's attention heads; they must divide the width (0 = the size's own)."
+    )
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """Training data: corpus kind, location, tokenised cache and window length."""
 
-    kind: str = doc("synthetic", "Corpus: synthetic (generated, no files), wikitext (WikiText-2 format dir), text (dir of raw text).")
+    kind: str = doc(
+        "synthetic",
+        "Corpus: synthetic (generated, no files), wikitext (WikiText-2 format dir), text (dir of raw text).",
+    )
     path: str = doc("", "Directory of the corpus (wikitext, text). Unused for synthetic.")
-    cache_dir: str = doc("", "Where tokenised arrays are cached (memory-mapped); empty = RUN_DIR/../.cache/data.")
+    cache_dir: str = doc(
+        "", "Where tokenised arrays are cached (memory-mapped); empty = RUN_DIR/../.cache/data."
+    )
     seq_len: int = doc(64, "Tokens per training window (the model's context length).")
     seed: int = doc(1234, "Seed of the synthetic corpus generator.")
     max_vocab: int = doc(0, "Keep only the most frequent words of raw text corpora (0 = all).")
@@ -56,7 +68,9 @@ class TrainConfig:
 
     steps: int = doc(300, "Optimizer steps.")
     global_batch_size: int = doc(32, "Samples per optimizer step summed over all ranks.")
-    micro_batch_size: int = doc(16, "Samples per rank per forward pass; accumulation = global / (micro x world size).")
+    micro_batch_size: int = doc(
+        16, "Samples per rank per forward pass; accumulation = global / (micro x world size)."
+    )
     lr: float = doc(3e-3, "Peak learning rate of AdamW.")
     min_lr_ratio: float = doc(0.1, "Cosine decay ends at lr x min_lr_ratio.")
     warmup_steps: int = doc(30, "Linear warmup steps before the cosine decay.")
@@ -80,17 +94,25 @@ class DistConfig:
 
     backend: str = doc("auto", "auto (nccl on CUDA/ROCm, gloo on CPU), nccl or gloo.")
     timeout_s: float = doc(300.0, "Seconds to wait for all ranks to join and for each collective.")
-    master_port: int = doc(0, "Rendezvous port; 0 = MASTER_PORT or a port derived from the SLURM job and step id.")
+    master_port: int = doc(
+        0, "Rendezvous port; 0 = MASTER_PORT or a port derived from the SLURM job and step id."
+    )
     master_suffix: str = doc("", "Appended to the master hostname (JSC: 'i' selects the InfiniBand address).")
     resolve_master: bool = doc(False, "Resolve the master hostname to an IP address before joining.")
-    affinity: str = doc("warn", "Compare each rank's CPU affinity with the cores expected for it (the profile's "
-                                "mask of its GPU or local rank, else its GPU's NUMA node): warn, strict (fail on a "
-                                "mismatch) or off.")
+    affinity: str = doc(
+        "warn",
+        "Compare each rank's CPU affinity with the cores expected for it (the profile's "
+        "mask of its GPU or local rank, else its GPU's NUMA node): warn, strict (fail on a "
+        "mismatch) or off.",
+    )
 
     def env_options(self) -> dict:
         """Keyword arguments of `exatrain.env.detect_environment` that this section sets."""
-        return {"master_suffix": self.master_suffix, "resolve_master": self.resolve_master,
-                "master_port": self.master_port or None}
+        return {
+            "master_suffix": self.master_suffix,
+            "resolve_master": self.resolve_master,
+            "master_port": self.master_port or None,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,22 +123,50 @@ class ParallelConfig:
     dp_replicate > 1 alone is DDP, both > 1 is HSDP.
     """
 
-    dp_replicate: int = doc(-1, "Data-parallel replicas: DDP, or HSDP's replicate dimension when dp_shard > 1 (-1 = infer).")
-    dp_shard: int = doc(1, "FSDP shard degree: parameters, gradients and optimizer state split this many ways (1 = off).")
-    tp: int = doc(1, "Tensor-parallel degree: splits attention heads and MLP width (must divide the head count).")
+    dp_replicate: int = doc(
+        -1, "Data-parallel replicas: DDP, or HSDP's replicate dimension when dp_shard > 1 (-1 = infer)."
+    )
+    dp_shard: int = doc(
+        1, "FSDP shard degree: parameters, gradients and optimizer state split this many ways (1 = off)."
+    )
+    tp: int = doc(
+        1, "Tensor-parallel degree: splits attention heads and MLP width (must divide the head count)."
+    )
     pp: int = doc(1, "Pipeline-parallel degree: splits the blocks into consecutive stages.")
-    sequence_parallel: bool = doc(False, "With tp > 1: shard norms and residual activations along the sequence.")
-    loss_parallel: bool = doc(False, "With tp > 1: cross-entropy on vocabulary-sharded logits, never gathering them.")
+    sequence_parallel: bool = doc(
+        False, "With tp > 1: shard norms and residual activations along the sequence."
+    )
+    loss_parallel: bool = doc(
+        False, "With tp > 1: cross-entropy on vocabulary-sharded logits, never gathering them."
+    )
     pp_schedule: str = doc("1f1b", "Pipeline schedule: gpipe, 1f1b or interleaved_1f1b.")
-    pp_stages_per_rank: int = doc(1, "Model chunks per pipeline rank: 1 for gpipe and 1f1b, at least 2 for interleaved_1f1b.")
-    pp_microbatches: int = doc(0, "Pipeline microbatches per micro-batch (0 = the number of stages); must divide train.micro_batch_size.")
-    fsdp_reshard_after_forward: bool = doc(True, "FSDP frees gathered parameters after forward (saves memory, gathers again in backward).")
-    param_dtype: str = doc("fp32", "FSDP mixed precision: bf16 computes with bf16 parameters and reduces gradients in fp32; fp32 = off.")
-    cpu_offload: bool = doc(False, "FSDP keeps parameters, gradients and optimizer state in CPU memory between uses.")
-    activation_checkpoint: str = doc("none", "Recompute activations in backward: none, full (every block) or every (every k-th block).")
-    activation_checkpoint_every: int = doc(2, "With activation_checkpoint=every: checkpoint every k-th block.")
+    pp_stages_per_rank: int = doc(
+        1, "Model chunks per pipeline rank: 1 for gpipe and 1f1b, at least 2 for interleaved_1f1b."
+    )
+    pp_microbatches: int = doc(
+        0,
+        "Pipeline microbatches per micro-batch (0 = the number of stages); must divide train.micro_batch_size.",
+    )
+    fsdp_reshard_after_forward: bool = doc(
+        True, "FSDP frees gathered parameters after forward (saves memory, gathers again in backward)."
+    )
+    param_dtype: str = doc(
+        "fp32",
+        "FSDP mixed precision: bf16 computes with bf16 parameters and reduces gradients in fp32; fp32 = off.",
+    )
+    cpu_offload: bool = doc(
+        False, "FSDP keeps parameters, gradients and optimizer state in CPU memory between uses."
+    )
+    activation_checkpoint: str = doc(
+        "none", "Recompute activations in backward: none, full (every block) or every (every k-th block)."
+    )
+    activation_checkpoint_every: int = doc(
+        2, "With activation_checkpoint=every: checkpoint every k-th block."
+    )
     compile: bool = doc(False, "torch.compile each block.")
-    compile_backend: str = doc("inductor", "torch.compile backend (inductor; aot_eager compiles fast for smoke tests).")
+    compile_backend: str = doc(
+        "inductor", "torch.compile backend (inductor; aot_eager compiles fast for smoke tests)."
+    )
 
 
 @dataclass(frozen=True)
@@ -124,11 +174,19 @@ class EngineConfig:
     """Which library runs the data-parallel step: torch's own (DDP/FSDP/TP/PP by [parallel]), DeepSpeed ZeRO
     or Horovod. DeepSpeed and Horovod take batch sizes, accumulation, clipping and precision from [train]."""
 
-    name: str = doc("torch", "torch (layouts of [parallel]), deepspeed (ZeRO, needs the deepspeed extra) or horovod "
-                             "(needs scripts/install.sh horovod).")
-    zero_stage: int = doc(1, "deepspeed: ZeRO stage 1 (optimizer state sharded), 2 (+ gradients) or 3 (+ parameters).")
-    deepspeed_config: str = doc("", "deepspeed: a DeepSpeed JSON file merged into the generated config (its keys win, "
-                                    "except those that contradict [train] or zero_stage: an error names them).")
+    name: str = doc(
+        "torch",
+        "torch (layouts of [parallel]), deepspeed (ZeRO, needs the deepspeed extra) or horovod "
+        "(needs scripts/install.sh horovod).",
+    )
+    zero_stage: int = doc(
+        1, "deepspeed: ZeRO stage 1 (optimizer state sharded), 2 (+ gradients) or 3 (+ parameters)."
+    )
+    deepspeed_config: str = doc(
+        "",
+        "deepspeed: a DeepSpeed JSON file merged into the generated config (its keys win, "
+        "except those that contradict [train] or zero_stage: an error names them).",
+    )
 
 
 @dataclass(frozen=True)
@@ -136,33 +194,59 @@ class CheckpointConfig:
     """Sharded checkpoints of the whole training state (RUN_DIR/checkpoints/step-N)."""
 
     interval: int = doc(0, "Save every N steps and after the last step (0 = no checkpoints).")
-    keep: int = doc(3, "Keep the newest K complete checkpoints (0 = keep all); the one resumed from is never deleted.")
-    resume: str = doc("", "Resume from: 'auto' (latest complete checkpoint, if any), a step-N path, or '' (start fresh; "
-                          "'auto' after a torchrun or SLURM restart).")
-    init_from: str = doc("", "Seed the model weights from a plain state dict file (e.g. from `exatrain checkpoint export`).")
-    async_save: bool = doc(False, "Write periodic checkpoints in a background thread while training continues (one at a time).")
-    signals: str = doc("USR2,TERM", "Signals that mean 'time is up': finish the step, checkpoint, requeue (SLURM) and exit; '' = none.")
+    keep: int = doc(
+        3, "Keep the newest K complete checkpoints (0 = keep all); the one resumed from is never deleted."
+    )
+    resume: str = doc(
+        "",
+        "Resume from: 'auto' (latest complete checkpoint, if any), a step-N path, or '' (start fresh; "
+        "'auto' after a torchrun or SLURM restart).",
+    )
+    init_from: str = doc(
+        "", "Seed the model weights from a plain state dict file (e.g. from `exatrain checkpoint export`)."
+    )
+    async_save: bool = doc(
+        False, "Write periodic checkpoints in a background thread while training continues (one at a time)."
+    )
+    signals: str = doc(
+        "USR2,TERM",
+        "Signals that mean 'time is up': finish the step, checkpoint, requeue (SLURM) and exit; '' = none.",
+    )
 
 
 @dataclass(frozen=True)
 class ObserveConfig:
     """Where metrics go besides metrics.jsonl and the progress output."""
 
-    tensorboard: str = doc("auto", "TensorBoard event files in RUN_DIR/tensorboard (rank 0): auto (when the tensorboard "
-                                   "package is installed), on or off.")
-    monitor_interval_s: float = doc(10.0, "Sample every GPU of each node (local rank 0) this often into "
-                                          "RUN_DIR/monitor/HOST.jsonl, summarised at the end; 0 = off.")
+    tensorboard: str = doc(
+        "auto",
+        "TensorBoard event files in RUN_DIR/tensorboard (rank 0): auto (when the tensorboard "
+        "package is installed), on or off.",
+    )
+    monitor_interval_s: float = doc(
+        10.0,
+        "Sample every GPU of each node (local rank 0) this often into "
+        "RUN_DIR/monitor/HOST.jsonl, summarised at the end; 0 = off.",
+    )
 
 
 @dataclass(frozen=True)
 class ProfilerConfig:
     """torch.profiler traces of chosen ranks and steps (RUN_DIR/profile/); off unless `ranks` is set."""
 
-    ranks: str = doc("", "Ranks to profile: a list like '0,last' or '0,3,5', 'every:K' (every K-th rank), 'all'; "
-                         "empty = profiling off.")
-    steps: str = doc("3-4", "Optimizer steps to record, 'A-B' or 'A' (1-based, inclusive); earlier steps warm up.")
-    memory_snapshot: bool = doc(False, "Also record a CUDA memory snapshot (pickle for pytorch.org/memory_viz) of the "
-                                       "same steps on the profiled ranks (GPU only).")
+    ranks: str = doc(
+        "",
+        "Ranks to profile: a list like '0,last' or '0,3,5', 'every:K' (every K-th rank), 'all'; "
+        "empty = profiling off.",
+    )
+    steps: str = doc(
+        "3-4", "Optimizer steps to record, 'A-B' or 'A' (1-based, inclusive); earlier steps warm up."
+    )
+    memory_snapshot: bool = doc(
+        False,
+        "Also record a CUDA memory snapshot (pickle for pytorch.org/memory_viz) of the "
+        "same steps on the profiled ranks (GPU only).",
+    )
 
 
 @dataclass(frozen=True)
@@ -170,40 +254,73 @@ class JobConfig:
     """SLURM job for `exatrain sbatch`, `cost` and `submit`: resources, site profile, container, launch mode."""
 
     nodes: int = doc(1, "Nodes to allocate (>= 1).")
-    gpus_per_node: int = doc(0, "GPUs (ranks) per node; 0 = all of the profile's GPUs. CPU profile: ranks per node.")
-    cpus_per_task: int = doc(0, "CPU cores per rank (one rank per GPU); 0 = the profile's default. torchrun mode "
-                                "asks for this times the ranks per node for its one task per node.")
-    mem_per_gpu_gb: int = doc(0, "Memory per GPU in GB (--mem-per-gpu); 0 = the profile's default (may be none).")
-    time: str | int = doc("00:30:00", "Time limit in any sbatch form: minutes (90), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.")
+    gpus_per_node: int = doc(
+        0, "GPUs (ranks) per node; 0 = all of the profile's GPUs. CPU profile: ranks per node."
+    )
+    cpus_per_task: int = doc(
+        0,
+        "CPU cores per rank (one rank per GPU); 0 = the profile's default. torchrun mode "
+        "asks for this times the ranks per node for its one task per node.",
+    )
+    mem_per_gpu_gb: int = doc(
+        0, "Memory per GPU in GB (--mem-per-gpu); 0 = the profile's default (may be none)."
+    )
+    time: str | int = doc(
+        "00:30:00",
+        "Time limit in any sbatch form: minutes (90), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.",
+    )
     partition: str = doc("", "SLURM partition; empty = the profile's default partition.")
     account: str = doc("", "Project/account to charge (LUMI: project_465000123); empty = none given.")
     reservation: str = doc("", "SLURM reservation; empty = none.")
     qos: str = doc("", "Quality of service; empty = none.")
     name: str = doc("exatrain", "Job name (%x in output patterns).")
-    output: str = doc("%x-%j.out", "stdout file pattern (%x = job name, %j = job id, %a = array task); "
-                                   "relative to the run directory's parent.")
+    output: str = doc(
+        "%x-%j.out",
+        "stdout file pattern (%x = job name, %j = job id, %a = array task); "
+        "relative to the run directory's parent.",
+    )
     error: str = doc("", "stderr file pattern; empty = together with stdout.")
-    extra_sbatch: tuple[str, ...] = doc((), "Extra sbatch flags written verbatim as #SBATCH lines, e.g. [\"--exclusive\"]; "
-                                            "flags exatrain writes itself (or that contradict them, like --mem) are refused.")
-    env: tuple[tuple[str, str], ...] = doc((), "Extra environment: a [job.env] table of NAME = \"value\"; wins over "
-                                               "the profile's presets.")
+    extra_sbatch: tuple[str, ...] = doc(
+        (),
+        'Extra sbatch flags written verbatim as #SBATCH lines, e.g. ["--exclusive"]; '
+        "flags exatrain writes itself (or that contradict them, like --mem) are refused.",
+    )
+    env: tuple[tuple[str, str], ...] = doc(
+        (), 'Extra environment: a [job.env] table of NAME = "value"; wins over the profile\'s presets.'
+    )
     container_image: str = doc("", "Singularity/Apptainer image to run the ranks in; empty = no container.")
     container_binds: tuple[str, ...] = doc((), "Extra --bind paths for the container (src[:dst[:opts]]).")
-    container_venv: str = doc("", "A venv created through the image (`exatrain container venv IMAGE PATH`) that the "
-                                  "ranks activate inside it; it holds exatrain. Empty = the image's own Python.")
-    container_start: str = doc("exec", "How the image starts the ranks: exec, or run (its runscript; LUMI AI "
-                                       "Factory images).")
-    launch: str = doc("srun", "srun = one task per GPU started by srun; torchrun = one task per node running "
-                              "torchrun with c10d rendezvous on the first node.")
-    profile: str = doc("generic-nvidia", "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "
-                                         "generic-nvidia, generic-amd, cpu) or the path of a profile TOML file.")
-    command: tuple[str, ...] = doc(("exatrain", "train"), "What each rank runs; exatrain's trainer also gets the "
-                                                          "run directory and this configuration; in srun mode a "
-                                                          "Python script (python train.py ...) runs under `exatrain "
-                                                          "run`, which sets torchrun's variables.")
-    signal: str = doc("USR2@120", "Signal sent this many seconds before the time limit (checkpointing); empty = "
-                                  "none. It reaches every rank and must be one of checkpoint.signals; the lead time "
-                                  "must lie inside job.time (B: is refused: nothing forwards it).")
+    container_venv: str = doc(
+        "",
+        "A venv created through the image (`exatrain container venv IMAGE PATH`) that the "
+        "ranks activate inside it; it holds exatrain. Empty = the image's own Python.",
+    )
+    container_start: str = doc(
+        "exec", "How the image starts the ranks: exec, or run (its runscript; LUMI AI Factory images)."
+    )
+    launch: str = doc(
+        "srun",
+        "srun = one task per GPU started by srun; torchrun = one task per node running "
+        "torchrun with c10d rendezvous on the first node.",
+    )
+    profile: str = doc(
+        "generic-nvidia",
+        "Site profile: a bundled name (lumi-g, juwels-booster, jureca-dc, "
+        "generic-nvidia, generic-amd, cpu) or the path of a profile TOML file.",
+    )
+    command: tuple[str, ...] = doc(
+        ("exatrain", "train"),
+        "What each rank runs; exatrain's trainer also gets the "
+        "run directory and this configuration; in srun mode a "
+        "Python script (python train.py ...) runs under `exatrain "
+        "run`, which sets torchrun's variables.",
+    )
+    signal: str = doc(
+        "USR2@120",
+        "Signal sent this many seconds before the time limit (checkpointing); empty = "
+        "none. It reaches every rank and must be one of checkpoint.signals; the lead time "
+        "must lie inside job.time (B: is refused: nothing forwards it).",
+    )
 
 
 @dataclass(frozen=True)

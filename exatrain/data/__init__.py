@@ -9,7 +9,7 @@ Typical use::
         x, y = make_batch(train, indices, seq_len)
 """
 
-from exatrain.data.cache import cached_corpus, cache_key
+from exatrain.data.cache import cache_key, cached_corpus
 from exatrain.data.corpus import SPLITS, Corpus
 from exatrain.data.loading import KINDS, load_corpus
 from exatrain.data.prepare import WIKITEXT2_FILES, WIKITEXT2_URLS, prepare_wikitext2

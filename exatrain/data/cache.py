@@ -44,7 +44,9 @@ def cache_key(kind: str, sources: Iterable[str | os.PathLike], options: dict[str
         try:
             st = p.stat()
         except OSError as exc:
-            raise DataError(f"cannot stat data file {p}: {exc.strerror or exc}", "check that it exists and is readable") from exc
+            raise DataError(
+                f"cannot stat data file {p}: {exc.strerror or exc}", "check that it exists and is readable"
+            ) from exc
         files.append([str(p), st.st_size, st.st_mtime_ns])
     blob = json.dumps(
         {"kind": kind, "format": FORMAT_VERSION, "files": sorted(files), "options": options},
@@ -93,7 +95,12 @@ def write_entry(path: str | os.PathLike, corpus: Corpus) -> Path:
         for name, arr in corpus.splits.items():
             np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.int32))
         corpus.vocab.to_json(tmp / "vocab.json")
-        meta = {"format": FORMAT_VERSION, "name": corpus.name, "splits": list(corpus.splits), "meta": corpus.meta}
+        meta = {
+            "format": FORMAT_VERSION,
+            "name": corpus.name,
+            "splits": list(corpus.splits),
+            "meta": corpus.meta,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, default=str), encoding="utf-8")
         (tmp / DONE).write_text("ok\n", encoding="utf-8")
         _publish(tmp, path)
@@ -150,5 +157,8 @@ def cached_corpus(
     write_entry(path, build())
     corpus = read_entry(path)
     if corpus is None:  # pragma: no cover - only if someone deletes the entry between write and read
-        raise DataError(f"data cache entry {path} vanished right after it was written", "run again; check for cleanup jobs")
+        raise DataError(
+            f"data cache entry {path} vanished right after it was written",
+            "run again; check for cleanup jobs",
+        )
     return corpus

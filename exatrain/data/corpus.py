@@ -77,7 +77,7 @@ def check_not_empty(corpus: Corpus, where: str, hint: str | None = None) -> Corp
                 f"the {split} split of corpus {corpus.name!r} ({where}) has no tokens",
                 hint
                 or "point data.path at a directory with non-empty text files "
-                "(or use data.kind = \"synthetic\" to train on generated data)",
+                '(or use data.kind = "synthetic" to train on generated data)',
             )
     return corpus
 
@@ -85,15 +85,13 @@ def check_not_empty(corpus: Corpus, where: str, hint: str | None = None) -> Corp
 def check_dir(path: str | os.PathLike | None, kind: str) -> Path:
     """Return ``path`` as a Path if it is an existing directory, else raise DataError saying how to get one."""
     if kind == "wikitext":
-        get = (
-            f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set data.path to DIR"
-        )
+        get = f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set data.path to DIR"
     else:
         get = "put your text files (*.txt, *.md, ...) in a directory readable from every node and set data.path to it"
     if path is None or str(path) == "":
         raise DataError(
             f"data.kind = {kind!r} needs a directory, but no data.path was given",
-            f"{get}; or use data.kind = \"synthetic\" (generated data, no files)",
+            f'{get}; or use data.kind = "synthetic" (generated data, no files)',
         )
     p = Path(path).expanduser()
     if not p.exists():

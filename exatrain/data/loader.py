@@ -11,9 +11,8 @@ resumes exactly there, under any number of ranks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-
 import warnings
+from collections.abc import Iterator
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -44,18 +43,42 @@ class DataLoader(StatefulDataLoader):
     from the current position to the end of the epoch; iterate again for the next epoch (or call
     `set_epoch(e)` first). `len(loader)` is the number of steps per epoch."""
 
-    def __init__(self, dataset, ctx=None, batch_size: int = 32, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = True, num_workers: int = 0, collate_fn=None, **kwargs):
+    def __init__(
+        self,
+        dataset,
+        ctx=None,
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        num_workers: int = 0,
+        collate_fn=None,
+        **kwargs,
+    ):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise DataError(f"exatrain.DataLoader needs a map-style dataset (len() and [i]), got {type(dataset).__name__}",
-                            "wrap the data in a torch.utils.data.Dataset with __len__ and __getitem__")
+            raise DataError(
+                f"exatrain.DataLoader needs a map-style dataset (len() and [i]), got {type(dataset).__name__}",
+                "wrap the data in a torch.utils.data.Dataset with __len__ and __getitem__",
+            )
         rank, size = (ctx.dp_rank, ctx.dp_size) if ctx is not None else (0, 1)
-        self.global_sampler = GlobalBatchSampler(num_samples=len(dataset), global_batch=batch_size, rank=rank,
-                                                 world_size=size, seed=seed, shuffle=shuffle, drop_last=drop_last)
+        self.global_sampler = GlobalBatchSampler(
+            num_samples=len(dataset),
+            global_batch=batch_size,
+            rank=rank,
+            world_size=size,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
         self.batch_size_global = batch_size
         self._position = (0, 0)  # (epoch, consumed) after the last batch handed out
-        super().__init__(dataset, batch_sampler=_EpochBatches(self.global_sampler), num_workers=num_workers,
-                         collate_fn=collate_fn, **kwargs)
+        super().__init__(
+            dataset,
+            batch_sampler=_EpochBatches(self.global_sampler),
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            **kwargs,
+        )
 
     @property
     def epoch(self) -> int:
@@ -92,8 +115,12 @@ class DataLoader(StatefulDataLoader):
     def state_dict(self) -> dict:
         """The position in global terms (epoch, samples consumed, seed): valid under any world size."""
         epoch, consumed = self._position
-        return {"epoch": epoch, "consumed": consumed, "seed": self.global_sampler.seed,
-                "num_samples": self.global_sampler.num_samples}
+        return {
+            "epoch": epoch,
+            "consumed": consumed,
+            "seed": self.global_sampler.seed,
+            "num_samples": self.global_sampler.num_samples,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a state_dict() taken under any number of ranks (same dataset length)."""

@@ -68,7 +68,9 @@ def load_corpus(
 
     sources: list[Path] = []
     if kind == "wikitext":
-        roles = wikitext_sources(path, effective["train_from"], effective["valid_from"], effective["test_from"])
+        roles = wikitext_sources(
+            path, effective["train_from"], effective["valid_from"], effective["test_from"]
+        )
         sources = list(roles.values())
     elif kind == "text":
         sources = text_files(path)
@@ -82,5 +84,7 @@ def load_corpus(
 
     corpus = cached_corpus(cache_dir, kind, sources, effective, build)
     if kind == "synthetic":
-        return check_not_empty(corpus, "generated", hint="set n_train_tokens and n_valid_tokens to positive counts")
+        return check_not_empty(
+            corpus, "generated", hint="set n_train_tokens and n_valid_tokens to positive counts"
+        )
     return check_not_empty(corpus, str(path))

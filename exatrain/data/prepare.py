@@ -139,7 +139,9 @@ def _download(url: str, dest: Path, timeout: float, log: IO[str]) -> None:
         raise _Failed(f"HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         reason = exc.reason
-        raise _Failed(f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason)) from exc
+        raise _Failed(
+            f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason)
+        ) from exc
     except TimeoutError as exc:
         raise _Failed(f"timed out after {timeout:g} s") from exc
     except (ConnectionError, http.client.HTTPException, ValueError) as exc:  # resets mid-transfer, bad URL
@@ -166,7 +168,9 @@ def _extract(archive: Path, dest: Path) -> None:
             members = {Path(info.filename).name: info for info in zf.infolist() if not info.is_dir()}
             missing = [f for f in WIKITEXT2_FILES if f not in members]
             if missing:
-                raise _Failed(f"archive lacks {', '.join(missing)} (is this the word-level WikiText-2 v1 zip?)")
+                raise _Failed(
+                    f"archive lacks {', '.join(missing)} (is this the word-level WikiText-2 v1 zip?)"
+                )
             dest.mkdir()
             for name in WIKITEXT2_FILES:
                 with zf.open(members[name]) as src, open(dest / name, "wb") as dst:

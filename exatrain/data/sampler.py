@@ -64,8 +64,14 @@ class GlobalBatchSampler:
         self.num_samples = _positive("num_samples", num_samples)
         self.global_batch = _positive("global batch size", global_batch)
         self.world_size = _positive("world size", world_size)
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.world_size:
-            raise DataError(f"rank {rank!r} is outside world size {world_size}", "pass 0 <= rank < world_size")
+        if (
+            isinstance(rank, bool)
+            or not isinstance(rank, (int, np.integer))
+            or not 0 <= rank < self.world_size
+        ):
+            raise DataError(
+                f"rank {rank!r} is outside world size {world_size}", "pass 0 <= rank < world_size"
+            )
         self.rank = int(rank)
         if micro_batch is None:
             micro_batch = max(1, self.global_batch // self.world_size)
@@ -180,7 +186,12 @@ class GlobalBatchSampler:
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, int]:
         """The position in global terms: epoch, samples of it consumed, seed (plus num_samples as a check)."""
-        return {"epoch": self.epoch, "consumed": self.consumed, "seed": self.seed, "num_samples": self.num_samples}
+        return {
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` taken at any world size / micro batch (same corpus and seq_len)."""

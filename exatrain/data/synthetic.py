@@ -136,7 +136,8 @@ def synthetic_corpus(
     lang = SyntheticLanguage(seed=seed, vocab_size=vocab_size, n_topics=n_topics)
     sizes = {"train": n_train_tokens, "valid": n_valid_tokens, "test": n_test_tokens}
     splits = {
-        name: lang.generate(int(n), np.random.default_rng([lang.seed, _SPLIT_STREAM[name]])) for name, n in sizes.items()
+        name: lang.generate(int(n), np.random.default_rng([lang.seed, _SPLIT_STREAM[name]]))
+        for name, n in sizes.items()
     }
     return Corpus(
         name="synthetic",

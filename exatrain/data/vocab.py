@@ -153,13 +153,19 @@ class Vocab:
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
-            raise DataError(f"vocabulary file {path} does not exist", "check the path, or rebuild the cache") from exc
+            raise DataError(
+                f"vocabulary file {path} does not exist", "check the path, or rebuild the cache"
+            ) from exc
         except (OSError, ValueError) as exc:
             raise DataError(
                 f"cannot read vocabulary file {path}: {exc}",
                 "the file is damaged; delete it (or the whole data cache directory) to rebuild it",
             ) from exc
-        if not isinstance(payload, dict) or payload.get("format") != _FORMAT or not isinstance(payload.get("tokens"), list):
+        if (
+            not isinstance(payload, dict)
+            or payload.get("format") != _FORMAT
+            or not isinstance(payload.get("tokens"), list)
+        ):
             raise DataError(
                 f"{path} is not an exatrain vocabulary file",
                 "delete it (or the whole data cache directory) to rebuild it",

@@ -13,6 +13,7 @@ from exatrain.data.corpus import PREPARE_HINT_CMD, SPLITS, Corpus, check_dir, ch
 from exatrain.data.vocab import Vocab
 from exatrain.errors import DataError
 
+
 def _names(split: str) -> tuple[str, str]:
     return (f"wiki.{split}.tokens", f"{split}.txt")
 
@@ -47,7 +48,7 @@ def wikitext_sources(
         if "train" in missing and roles["train"] == "train" and found:
             hint = (
                 f"download the full corpus with `{PREPARE_HINT_CMD}` on a login node and set data.path to DIR; "
-                f"or, for a smoke test only, train on another split with train_from=\"{next(iter(found))}\""
+                f'or, for a smoke test only, train on another split with train_from="{next(iter(found))}"'
             )
         else:
             hint = (

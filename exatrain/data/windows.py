@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def num_windows(n_tokens: int, seq_len: int) -> int:
     """How many samples of ``seq_len + 1`` tokens a stream of ``n_tokens`` holds (windows share one token)."""
     if seq_len < 1:
-        raise DataError(f"sequence length {seq_len} must be >= 1", "set data.seq_len to a positive number of tokens")
+        raise DataError(
+            f"sequence length {seq_len} must be >= 1", "set data.seq_len to a positive number of tokens"
+        )
     return max(0, (int(n_tokens) - 1) // seq_len)
 
 

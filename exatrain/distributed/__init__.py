@@ -11,10 +11,26 @@ from exatrain._lazy import lazy_exports
 
 #: name -> the submodule that defines it
 _EXPORTS = {
-    **dict.fromkeys(["all_gather_objects", "all_ranks", "any_rank", "barrier", "is_root", "mean_across_ranks",
-                     "print0", "rank", "save0", "sum_across_ranks", "world_size"], "exatrain.distributed.collectives"),
-    **dict.fromkeys(["DistContext", "init_distributed", "select_backend", "select_device", "teardown"],
-                    "exatrain.distributed.process_group"),
+    **dict.fromkeys(
+        [
+            "all_gather_objects",
+            "all_ranks",
+            "any_rank",
+            "barrier",
+            "is_root",
+            "mean_across_ranks",
+            "print0",
+            "rank",
+            "save0",
+            "sum_across_ranks",
+            "world_size",
+        ],
+        "exatrain.distributed.collectives",
+    ),
+    **dict.fromkeys(
+        ["DistContext", "init_distributed", "select_backend", "select_device", "teardown"],
+        "exatrain.distributed.process_group",
+    ),
     **dict.fromkeys(["rank_seed", "seed_everything"], "exatrain.distributed.seed"),
 }
 

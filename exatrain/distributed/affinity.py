@@ -18,9 +18,11 @@ from exatrain.slurm.binding import cpu_binding
 from exatrain.slurm.profiles import load_profile
 from exatrain.slurm.spec import JobSpec
 
-_HINT = ("bind each rank to its cores: scripts from `exatrain sbatch` pass the profile's masks to srun "
-         "--cpu-bind=mask_cpu (srun mode) or let each torchrun worker bind itself (torchrun mode); check the "
-         "binding with `taskset -p PID` and the profile's cpu_masks; --dist.affinity=warn runs anyway")
+_HINT = (
+    "bind each rank to its cores: scripts from `exatrain sbatch` pass the profile's masks to srun "
+    "--cpu-bind=mask_cpu (srun mode) or let each torchrun worker bind itself (torchrun mode); check the "
+    "binding with `taskset -p PID` and the profile's cpu_masks; --dist.affinity=warn runs anyway"
+)
 
 
 def job_masks(job: JobConfig) -> tuple[str, ...]:
@@ -55,14 +57,18 @@ def check_affinity(ctx: DistContext, job: JobConfig, mode: str, note: str = "") 
     for line in sorted({n for _, n in gathered if n}):
         print0(line)
     if all(r.verdict == "unchecked" for r in reports):
-        print0("CPU affinity: unchecked (no CPU masks apply to these ranks and none uses a GPU whose NUMA node "
-               "is known)")
+        print0(
+            "CPU affinity: unchecked (no CPU masks apply to these ranks and none uses a GPU whose NUMA node "
+            "is known)"
+        )
         return
     print0(f"CPU affinity (profile {profile}):\n{format_table(reports)}")
     bad = [r for r in reports if r.mismatch]
     if not bad:
         return
-    what = "; ".join(f"rank {r.rank} on {r.host}: expected cores {r.expected}, runs on {r.actual}" for r in bad)
+    what = "; ".join(
+        f"rank {r.rank} on {r.host}: expected cores {r.expected}, runs on {r.actual}" for r in bad
+    )
     if mode == "strict":
         raise ExatrainError(f"CPU affinity mismatch (dist.affinity=strict): {what}", _HINT)
     print0(f"WARNING: CPU affinity mismatch: {what}\nHINT: {_HINT}")

@@ -60,9 +60,11 @@ def find_blocks(model: nn.Module, blocks=None) -> Blocks:
     slots = []
     for m in blocks:
         if not isinstance(m, nn.Module) or id(m) not in names or m is model:
-            raise ExatrainError(f"parallelize(blocks=...): {type(m).__name__} is not a submodule of the model",
-                                "pass submodules of the model (e.g. list(model.layers)) or the dotted name of their "
-                                "container (blocks='layers')")
+            raise ExatrainError(
+                f"parallelize(blocks=...): {type(m).__name__} is not a submodule of the model",
+                "pass submodules of the model (e.g. list(model.layers)) or the dotted name of their "
+                "container (blocks='layers')",
+            )
         qualified = names[id(m)]
         parent_name, _, attr = qualified.rpartition(".")
         slots.append((model.get_submodule(parent_name), attr, qualified))
@@ -91,7 +93,8 @@ def detect_blocks(model: nn.Module) -> Blocks:
             f"exatrain.parallelize: found no repeated blocks in {type(model).__name__} (no module has two or more "
             "children of the same class with layers of their own)",
             "pass blocks= explicitly: a list of submodules (blocks=list(model.layers)), the dotted name of their "
-            "container (blocks='encoder.layers'), or blocks=[] to treat the whole model as one unit")
+            "container (blocks='encoder.layers'), or blocks=[] to treat the whole model as one unit",
+        )
     return Blocks(best)
 
 
@@ -99,6 +102,8 @@ def _submodule(model: nn.Module, name: str) -> nn.Module:
     try:
         return model.get_submodule(name)
     except AttributeError:
-        raise ExatrainError(f"parallelize(blocks={name!r}): {type(model).__name__} has no submodule {name!r}",
-                            "pass the dotted name of the container of the blocks, as in model.named_modules() "
-                            "(e.g. blocks='model.layers')") from None
+        raise ExatrainError(
+            f"parallelize(blocks={name!r}): {type(model).__name__} has no submodule {name!r}",
+            "pass the dotted name of the container of the blocks, as in model.named_modules() "
+            "(e.g. blocks='model.layers')",
+        ) from None

@@ -91,16 +91,34 @@ class Context:
             self._abort()
 
     def __repr__(self) -> str:
-        return (f"Context(rank={self.rank}, world_size={self.world_size}, device={self.device}, "
-                f"backend={self.backend}, layout={self.dims.describe()!r})")
+        return (
+            f"Context(rank={self.rank}, world_size={self.world_size}, device={self.device}, "
+            f"backend={self.backend}, layout={self.dims.describe()!r})"
+        )
 
 
-def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, seed: int = 0,
-         affinity: str = "warn", profile: str | None = None, dp_shard: int = 1, dp_replicate: int = -1,
-         tp: int = 1, quiet: bool = False, *, pp: int = 1, summary: bool | None = None, environ=None,
-         master_suffix: str = "", resolve_master: bool = False, master_port: int | None = None,
-         job: JobConfig | None = None, parallel: ParallelConfig | None = None, dist: DistConfig | None = None
-         ) -> Context:
+def init(
+    device: str = "auto",
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+    seed: int = 0,
+    affinity: str = "warn",
+    profile: str | None = None,
+    dp_shard: int = 1,
+    dp_replicate: int = -1,
+    tp: int = 1,
+    quiet: bool = False,
+    *,
+    pp: int = 1,
+    summary: bool | None = None,
+    environ=None,
+    master_suffix: str = "",
+    resolve_master: bool = False,
+    master_port: int | None = None,
+    job: JobConfig | None = None,
+    parallel: ParallelConfig | None = None,
+    dist: DistConfig | None = None,
+) -> Context:
     """Set up this rank for distributed training and return its Context (see the module docstring).
 
     Works unchanged under srun, mpirun, torchrun, `exatrain run` and as a single plain process. `environ`
@@ -115,12 +133,17 @@ def init(device: str = "auto", backend: str = "auto", timeout_s: float = 300.0, 
     """
     if dist is not None:
         backend, timeout_s, affinity = dist.backend, dist.timeout_s, dist.affinity
-        master_suffix, resolve_master, master_port = dist.master_suffix, dist.resolve_master, dist.master_port or None
+        master_suffix, resolve_master, master_port = (
+            dist.master_suffix,
+            dist.resolve_master,
+            dist.master_port or None,
+        )
     parallel = parallel or ParallelConfig(dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp, pp=pp)
     _check_not_active()
     _check_choice("affinity", affinity, ("warn", "strict", "off"))
-    env = detect_environment(environ, master_suffix=master_suffix, resolve_master=resolve_master,
-                             master_port=master_port)
+    env = detect_environment(
+        environ, master_suffix=master_suffix, resolve_master=resolve_master, master_port=master_port
+    )
     dims = ParallelDims.from_config(parallel, env.world_size)
     job = job or (JobConfig(profile=profile) if profile else JobConfig())
     bound = bind_torchrun_worker(job, env.kind, env.local_rank, _uses_gpu(device))
@@ -146,25 +169,31 @@ def _uses_gpu(device: str) -> bool:
 
 def summary_table(ctx: Context) -> str:
     """The start-up summary rank 0 prints: one table of where and how the job runs."""
-    rows = [("ranks", f"{ctx.world_size} ({ctx.local_world_size} on this node), launched by {ctx.env.kind}"),
-            ("device", f"{ctx.device.type} (backend {ctx.backend or 'none: single process'})"),
-            ("master", f"{ctx.env.main_address}:{ctx.env.main_port}" if ctx.world_size > 1 else "-"),
-            ("layout", ctx.dims.describe()), ("seed", str(ctx.seed))]
+    rows = [
+        ("ranks", f"{ctx.world_size} ({ctx.local_world_size} on this node), launched by {ctx.env.kind}"),
+        ("device", f"{ctx.device.type} (backend {ctx.backend or 'none: single process'})"),
+        ("master", f"{ctx.env.main_address}:{ctx.env.main_port}" if ctx.world_size > 1 else "-"),
+        ("layout", ctx.dims.describe()),
+        ("seed", str(ctx.seed)),
+    ]
     width = max(len(k) for k, _ in rows)
     return "exatrain.init\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
 def _check_not_active() -> None:
     if _active is not None:
-        raise ExatrainError("exatrain.init() was called twice: this process already has a Context "
-                            f"({_active!r})",
-                            "call init() once and pass its Context around, or call ctx.close() before init() again "
-                            "(`with exatrain.init() as ctx:` closes it for you)")
+        raise ExatrainError(
+            f"exatrain.init() was called twice: this process already has a Context ({_active!r})",
+            "call init() once and pass its Context around, or call ctx.close() before init() again "
+            "(`with exatrain.init() as ctx:` closes it for you)",
+        )
     if dist.is_available() and dist.is_initialized():
-        raise ExatrainError("exatrain.init(): a torch.distributed process group already exists "
-                            "(init_process_group was called before)",
-                            "let exatrain.init() create the group (drop your init_process_group call), or call "
-                            "torch.distributed.destroy_process_group() first")
+        raise ExatrainError(
+            "exatrain.init(): a torch.distributed process group already exists "
+            "(init_process_group was called before)",
+            "let exatrain.init() create the group (drop your init_process_group call), or call "
+            "torch.distributed.destroy_process_group() first",
+        )
 
 
 def _set_active(ctx: Context) -> None:
@@ -175,8 +204,10 @@ def _set_active(ctx: Context) -> None:
 
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise ConfigError(f"exatrain.init({name}={value!r}): not one of {', '.join(map(repr, choices))}",
-                          f"pass {name}={choices[0]!r}")
+        raise ConfigError(
+            f"exatrain.init({name}={value!r}): not one of {', '.join(map(repr, choices))}",
+            f"pass {name}={choices[0]!r}",
+        )
 
 
 def install_excepthook() -> None:
@@ -191,7 +222,7 @@ def install_excepthook() -> None:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else None
             prefix = f"[rank {rank}] " if rank is not None else ""
             print(f"{prefix}error: {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)  # noqa: the hook runs at interpreter exit: this sets the exit code
+            sys.exit(2)  # the hook runs at interpreter exit: this sets the exit code
         previous(exc_type, exc, tb)
 
     hook._exatrain = True

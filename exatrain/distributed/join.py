@@ -12,9 +12,11 @@ from exatrain.env import ClusterEnvironment
 from exatrain.env.affinity import format_ranges
 from exatrain.errors import ExatrainError
 
-_HINT = ("check that every rank was started (the job's other nodes, `srun` errors in the job log), that the master "
-         "address resolves to the first node from all nodes and the port is free; raise dist.timeout_s if nodes "
-         "start slowly")
+_HINT = (
+    "check that every rank was started (the job's other nodes, `srun` errors in the job log), that the master "
+    "address resolves to the first node from all nodes and the port is free; raise dist.timeout_s if nodes "
+    "start slowly"
+)
 
 
 def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
@@ -25,20 +27,34 @@ def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
     """
     where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
     try:
-        store = dist.TCPStore(env.main_address, env.main_port, env.world_size, timeout=seconds,
-                              is_master=env.global_rank == 0 and not env.launcher_hosts_store,
-                              wait_for_workers=False)
+        store = dist.TCPStore(
+            env.main_address,
+            env.main_port,
+            env.world_size,
+            timeout=seconds,
+            is_master=env.global_rank == 0 and not env.launcher_hosts_store,
+            wait_for_workers=False,
+        )
     except (dist.DistError, RuntimeError) as e:
-        raise ExatrainError(f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
-                            f"{timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})", _HINT) from None
+        raise ExatrainError(
+            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
+            f"{timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})",
+            _HINT,
+        ) from None
     prefix = f"exatrain/join/{env.job_id or '-'}/{env.restart_count}/"
     store.set(f"{prefix}rank/{env.global_rank}", env.hostname)
     store.add(f"{prefix}count", 1)
-    verdict = _wait_for_all(store, prefix, env.world_size, timeout_s) if env.global_rank == 0 else \
-        _wait_for_verdict(store, prefix, timeout_s + 10)
+    verdict = (
+        _wait_for_all(store, prefix, env.world_size, timeout_s)
+        if env.global_rank == 0
+        else _wait_for_verdict(store, prefix, timeout_s + 10)
+    )
     if verdict != "ok":
-        raise ExatrainError(f"rank {env.global_rank}/{env.world_size} could not join the process group at {where} "
-                            f"within {timeout_s:g} s: {verdict}", _HINT)
+        raise ExatrainError(
+            f"rank {env.global_rank}/{env.world_size} could not join the process group at {where} "
+            f"within {timeout_s:g} s: {verdict}",
+            _HINT,
+        )
     return store
 
 
@@ -72,4 +88,3 @@ def _wait_for_verdict(store: dist.Store, prefix: str, timeout_s: float) -> str:
         return verdict
     except (dist.DistError, RuntimeError):
         return "rank 0 did not report that all ranks checked in (it failed or never came)"
-

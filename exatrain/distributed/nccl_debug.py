@@ -26,8 +26,11 @@ def nccl_debug_log_path(log_dir: str | Path, rank: int) -> Path:
 
 def nccl_debug_env(log_dir: str | Path, rank: int) -> dict[str, str]:
     """The variables that make NCCL log its set-up at INFO level into this rank's file under `log_dir`."""
-    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": NCCL_DEBUG_SUBSYS,
-            "NCCL_DEBUG_FILE": str(nccl_debug_log_path(log_dir, rank))}
+    return {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": NCCL_DEBUG_SUBSYS,
+        "NCCL_DEBUG_FILE": str(nccl_debug_log_path(log_dir, rank)),
+    }
 
 
 def enable_nccl_debug_log(log_dir: str | Path, rank: int) -> Path:

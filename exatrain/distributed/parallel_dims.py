@@ -41,24 +41,31 @@ class ParallelDims:
         bad = {k: v for k, v in degrees.items() if v == 0 or v < -1}
         if bad:
             k, v = next(iter(bad.items()))
-            raise ConfigError(f"parallel.{k}={v} is not a degree", f"use a positive degree or -1 (infer), e.g. --parallel.{k}=1")
+            raise ConfigError(
+                f"parallel.{k}={v} is not a degree",
+                f"use a positive degree or -1 (infer), e.g. --parallel.{k}=1",
+            )
         inferred = [k for k, v in degrees.items() if v == -1]
         if len(inferred) > 1:
-            raise ConfigError(f"only one parallel degree may be -1, got {', '.join('parallel.' + k for k in inferred)}",
-                              f"set all but one of them, e.g. --parallel.{inferred[1]}=1")
+            raise ConfigError(
+                f"only one parallel degree may be -1, got {', '.join('parallel.' + k for k in inferred)}",
+                f"set all but one of them, e.g. --parallel.{inferred[1]}=1",
+            )
         known = math.prod(v for v in degrees.values() if v != -1)
         if inferred:
             if world_size % known:
                 raise ConfigError(
                     f"cannot infer parallel.{inferred[0]}: world size {world_size} is not divisible by the product "
                     f"{_formula(degrees)} = {known} of the other degrees",
-                    f"choose degrees whose product divides {world_size}, or run on a multiple of {known} ranks")
+                    f"choose degrees whose product divides {world_size}, or run on a multiple of {known} ranks",
+                )
             degrees[inferred[0]] = world_size // known
         if math.prod(degrees.values()) != world_size:
             raise ConfigError(
                 f"the parallel layout {_formula(degrees)} = {math.prod(degrees.values())} ranks does not match "
                 f"the world size {world_size}",
-                f"make pp x dp_replicate x dp_shard x tp equal {world_size} (or set one degree to -1 to infer it)")
+                f"make pp x dp_replicate x dp_shard x tp equal {world_size} (or set one degree to -1 to infer it)",
+            )
         return cls(world_size=world_size, **degrees)
 
     # -- what the layout enables -----------------------------------------------------------------
@@ -90,8 +97,16 @@ class ParallelDims:
 
     def describe(self) -> str:
         """The layout in words, e.g. 'pp 2 x dp_replicate 1 x dp_shard 2 x tp 2 (FSDP, TP, PP)'."""
-        kinds = [name for name, on in (("HSDP" if self.hsdp else "FSDP", self.fsdp), ("DDP", self.ddp),
-                                       ("TP", self.tp_enabled), ("PP", self.pp_enabled)) if on]
+        kinds = [
+            name
+            for name, on in (
+                ("HSDP" if self.hsdp else "FSDP", self.fsdp),
+                ("DDP", self.ddp),
+                ("TP", self.tp_enabled),
+                ("PP", self.pp_enabled),
+            )
+            if on
+        ]
         degrees = " x ".join(f"{k} {getattr(self, k)}" for k in DIM_ORDER)
         return f"{degrees} ({', '.join(kinds) or 'single process'})"
 
@@ -103,65 +118,89 @@ class ParallelDims:
         check_choice("parallel.activation_checkpoint", cfg.activation_checkpoint, AC_MODES)
         check_choice("parallel.param_dtype", cfg.param_dtype, ("fp32", "bf16"))
         if cfg.activation_checkpoint_every < 1:
-            raise ConfigError(f"parallel.activation_checkpoint_every must be >= 1, got {cfg.activation_checkpoint_every}",
-                              "use e.g. --parallel.activation_checkpoint_every=2")
+            raise ConfigError(
+                f"parallel.activation_checkpoint_every must be >= 1, got {cfg.activation_checkpoint_every}",
+                "use e.g. --parallel.activation_checkpoint_every=2",
+            )
         self._check_tp(cfg, shape)
         self._check_pp(cfg, shape, micro_batch)
         if (cfg.param_dtype != "fp32" or cfg.cpu_offload) and not self.fsdp:
             raise ConfigError(
                 "parallel.param_dtype and parallel.cpu_offload are FSDP options, but this layout does not shard "
                 f"(parallel.dp_shard={self.dp_shard})",
-                "set --parallel.dp_shard to 2 or more (FSDP), or use --train.precision=bf16 (autocast) without FSDP")
+                "set --parallel.dp_shard to 2 or more (FSDP), or use --train.precision=bf16 (autocast) without FSDP",
+            )
 
     def _check_tp(self, cfg: ParallelConfig, shape) -> None:
         if not self.tp_enabled:
             if cfg.sequence_parallel or cfg.loss_parallel:
-                raise ConfigError("parallel.sequence_parallel and parallel.loss_parallel need tensor parallelism (tp > 1)",
-                                  "set --parallel.tp=2 or more, or turn them off")
+                raise ConfigError(
+                    "parallel.sequence_parallel and parallel.loss_parallel need tensor parallelism (tp > 1)",
+                    "set --parallel.tp=2 or more, or turn them off",
+                )
             return
         hidden = shape.mlp_ratio * shape.dim
         for what, n in (("attention heads", shape.n_heads), ("MLP width", hidden)):
             if n % self.tp:
-                raise ConfigError(f"parallel.tp={self.tp} does not divide the model's {what} ({n})",
-                                  f"pick a tp degree that divides {n}, e.g. one of {_divisors(n, self.tp)}")
+                raise ConfigError(
+                    f"parallel.tp={self.tp} does not divide the model's {what} ({n})",
+                    f"pick a tp degree that divides {n}, e.g. one of {_divisors(n, self.tp)}",
+                )
 
     def _check_pp(self, cfg: ParallelConfig, shape, micro_batch: int) -> None:
         if cfg.pp_microbatches < 0:
-            raise ConfigError(f"parallel.pp_microbatches must be 0 (one per stage) or positive, got {cfg.pp_microbatches}",
-                              "use e.g. --parallel.pp_microbatches=0")
+            raise ConfigError(
+                f"parallel.pp_microbatches must be 0 (one per stage) or positive, got {cfg.pp_microbatches}",
+                "use e.g. --parallel.pp_microbatches=0",
+            )
         if not self.pp_enabled:
             if cfg.pp_stages_per_rank != 1 or cfg.pp_microbatches:
-                raise ConfigError("parallel.pp_stages_per_rank and parallel.pp_microbatches need pipeline parallelism "
-                                  "(pp > 1)", "set --parallel.pp=2 or more, or leave them at their defaults")
+                raise ConfigError(
+                    "parallel.pp_stages_per_rank and parallel.pp_microbatches need pipeline parallelism "
+                    "(pp > 1)",
+                    "set --parallel.pp=2 or more, or leave them at their defaults",
+                )
             return
         spr = cfg.pp_stages_per_rank
         interleaved = cfg.pp_schedule == "interleaved_1f1b"
         if interleaved and spr < 2:
-            raise ConfigError(f"parallel.pp_schedule=interleaved_1f1b needs several stages per rank, got "
-                              f"parallel.pp_stages_per_rank={spr}",
-                              "set --parallel.pp_stages_per_rank=2 (or more), or use --parallel.pp_schedule=1f1b")
+            raise ConfigError(
+                f"parallel.pp_schedule=interleaved_1f1b needs several stages per rank, got "
+                f"parallel.pp_stages_per_rank={spr}",
+                "set --parallel.pp_stages_per_rank=2 (or more), or use --parallel.pp_schedule=1f1b",
+            )
         if not interleaved and spr != 1:
-            raise ConfigError(f"parallel.pp_schedule={cfg.pp_schedule} runs one stage per rank, got "
-                              f"parallel.pp_stages_per_rank={spr}",
-                              "use --parallel.pp_schedule=interleaved_1f1b for several stages per rank")
+            raise ConfigError(
+                f"parallel.pp_schedule={cfg.pp_schedule} runs one stage per rank, got "
+                f"parallel.pp_stages_per_rank={spr}",
+                "use --parallel.pp_schedule=interleaved_1f1b for several stages per rank",
+            )
         stages = self.pp * spr
         if stages > shape.n_layers:
-            raise ConfigError(f"{stages} pipeline stages (pp={self.pp} x {spr} per rank) for a model with only "
-                              f"{shape.n_layers} blocks",
-                              f"use at most {shape.n_layers} stages, or a deeper model (--model.n_layers={stages})")
+            raise ConfigError(
+                f"{stages} pipeline stages (pp={self.pp} x {spr} per rank) for a model with only "
+                f"{shape.n_layers} blocks",
+                f"use at most {shape.n_layers} stages, or a deeper model (--model.n_layers={stages})",
+            )
         micro = self.microbatches(cfg)
         if micro_batch % micro:
-            raise ConfigError(f"parallel.pp_microbatches={micro} does not divide train.micro_batch_size={micro_batch}",
-                              f"pick a micro batch that is a multiple of {micro}, e.g. --train.micro_batch_size={micro * max(1, micro_batch // micro)}")
+            raise ConfigError(
+                f"parallel.pp_microbatches={micro} does not divide train.micro_batch_size={micro_batch}",
+                f"pick a micro batch that is a multiple of {micro}, e.g. --train.micro_batch_size={micro * max(1, micro_batch // micro)}",
+            )
         if micro < self.pp:
-            raise ConfigError(f"{micro} pipeline microbatches for {self.pp} pipeline ranks leave ranks idle",
-                              f"set --parallel.pp_microbatches to at least {self.pp}")
+            raise ConfigError(
+                f"{micro} pipeline microbatches for {self.pp} pipeline ranks leave ranks idle",
+                f"set --parallel.pp_microbatches to at least {self.pp}",
+            )
         rounds = max(1, micro // self.pp)  # torch's interleaved 1F1B runs microbatches in equal rounds
         if interleaved and micro % rounds:
-            raise ConfigError(f"interleaved 1F1B runs pipeline microbatches in rounds of {self.pp} (one per pipeline "
-                              f"rank): {micro} microbatches do not split into {rounds} equal rounds",
-                              f"use a multiple of parallel.pp={self.pp} as --parallel.pp_microbatches, e.g. "
-                              f"{self.pp * rounds}")
+            raise ConfigError(
+                f"interleaved 1F1B runs pipeline microbatches in rounds of {self.pp} (one per pipeline "
+                f"rank): {micro} microbatches do not split into {rounds} equal rounds",
+                f"use a multiple of parallel.pp={self.pp} as --parallel.pp_microbatches, e.g. "
+                f"{self.pp * rounds}",
+            )
 
     def microbatches(self, cfg: ParallelConfig) -> int:
         """Pipeline microbatches per micro-batch: the configured number, else one per stage."""
@@ -179,7 +218,9 @@ class ParallelDims:
         if not names:
             object.__setattr__(self, "_mesh", None)
             return None
-        mesh = init_device_mesh(device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=tuple(names))
+        mesh = init_device_mesh(
+            device_type, tuple(getattr(self, n) for n in names), mesh_dim_names=tuple(names)
+        )
         dp_names = tuple(n for n in ("dp_replicate", "dp_shard") if n in names)
         if len(dp_names) == 2:
             mesh[dp_names]._flatten("dp")

@@ -26,8 +26,9 @@ from exatrain.config import ParallelConfig
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
-def parallelize(model: nn.Module, blocks: nn.ModuleDict, dims, cfg: ParallelConfig, tp_plan: dict | None,
-                device_type: str) -> nn.Module:
+def parallelize(
+    model: nn.Module, blocks: nn.ModuleDict, dims, cfg: ParallelConfig, tp_plan: dict | None, device_type: str
+) -> nn.Module:
     """Apply the layout of `dims` (a ParallelDims with its mesh built) to `model` in place, in the one
     order that works, and return it.
 
@@ -48,8 +49,15 @@ def parallelize(model: nn.Module, blocks: nn.ModuleDict, dims, cfg: ParallelConf
     if cfg.compile:
         apply_compile(blocks, cfg.compile_backend)
     if dims.fsdp:
-        apply_fsdp(model, blocks, dims.mesh("fsdp"), cfg.fsdp_reshard_after_forward, DTYPES[cfg.param_dtype],
-                   cfg.cpu_offload, pin_memory=device_type == "cuda")
+        apply_fsdp(
+            model,
+            blocks,
+            dims.mesh("fsdp"),
+            cfg.fsdp_reshard_after_forward,
+            DTYPES[cfg.param_dtype],
+            cfg.cpu_offload,
+            pin_memory=device_type == "cuda",
+        )
     return model
 
 
@@ -76,8 +84,15 @@ def apply_compile(blocks: nn.ModuleDict, backend: str) -> None:
         block.compile(backend=backend, fullgraph=False)
 
 
-def apply_fsdp(model: nn.Module, blocks: nn.ModuleDict, mesh, reshard_after_forward: bool,
-               param_dtype: torch.dtype | None, cpu_offload: bool, pin_memory: bool = True) -> None:
+def apply_fsdp(
+    model: nn.Module,
+    blocks: nn.ModuleDict,
+    mesh,
+    reshard_after_forward: bool,
+    param_dtype: torch.dtype | None,
+    cpu_offload: bool,
+    pin_memory: bool = True,
+) -> None:
     """FSDP2: shard each block, then the root (the remaining parameters: embeddings, norm, output).
 
     One fully_shard per block lets FSDP gather one block's parameters at a time and overlap the next
@@ -87,7 +102,9 @@ def apply_fsdp(model: nn.Module, blocks: nn.ModuleDict, mesh, reshard_after_forw
     """
     options = {
         "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None),
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None
+        ),
         "offload_policy": CPUOffloadPolicy(pin_memory=pin_memory) if cpu_offload else OffloadPolicy(),
     }
     names = list(blocks.keys())
@@ -147,5 +164,5 @@ def all_reduce_gradients(params, dp_mesh) -> None:
     flat /= dp_mesh.size()
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()

@@ -60,21 +60,33 @@ class Pipeline:
     `forward_backward(batches)` accumulates gradients in the chunks and returns the mean loss on every
     pipeline rank; `eval_loss(x, y)`; `full_state_dict(module)` gathers all stages on rank 0."""
 
-    def __init__(self, chunks: list[nn.Module], ids: list[int], n_stages: int, group: dist.ProcessGroup,
-                 device: torch.device, schedule: str, microbatches: int,
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+    def __init__(
+        self,
+        chunks: list[nn.Module],
+        ids: list[int],
+        n_stages: int,
+        group: dist.ProcessGroup,
+        device: torch.device,
+        schedule: str,
+        microbatches: int,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ):
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
         from torch.distributed import pipelining
 
         self.group, self.microbatches = group, microbatches
-        self.stages = [pipelining.PipelineStage(c, i, n_stages, device, group=group) for c, i in zip(chunks, ids)]
+        self.stages = [
+            pipelining.PipelineStage(c, i, n_stages, device, group=group) for c, i in zip(chunks, ids)
+        ]
         self.has_last = (n_stages - 1) in ids
         # the group rank that holds the last stage (looped assignment): where losses come from
         self.last_rank = (n_stages - 1) % dist.get_world_size(group)
         self.loss = ScaledLoss(loss_fn)
         stages = self.stages if schedule in MULTI_STAGE else self.stages[0]
-        self.schedule = getattr(pipelining, SCHEDULES[schedule])(stages, microbatches, loss_fn=self.loss, scale_grads=False)
+        self.schedule = getattr(pipelining, SCHEDULES[schedule])(
+            stages, microbatches, loss_fn=self.loss, scale_grads=False
+        )
 
     #: stages of pipeline rank r (looped assignment): `Pipeline.stage_ids(r, pp, stages_per_rank)`
     stage_ids = staticmethod(stage_ids)
@@ -130,7 +142,9 @@ def apply_replicate(module: nn.Module, dp_mesh) -> None:
     replicate(module, mesh=dp_mesh)
 
 
-def gather_full_state_dict(module: nn.Module, pp_group: dist.ProcessGroup | None) -> dict[str, torch.Tensor] | None:
+def gather_full_state_dict(
+    module: nn.Module, pp_group: dist.ProcessGroup | None
+) -> dict[str, torch.Tensor] | None:
     """The full model's state dict on global rank 0 (None elsewhere), from this rank's `module` (its
     stages' parameters under full-model names, possibly FSDP-sharded / TP DTensors).
 

@@ -55,7 +55,9 @@ def select_device(env: ClusterEnvironment, requested: str = "auto") -> torch.dev
     """The device of this rank: its GPU when one is visible (by local rank, unless SLURM already
     narrowed visibility to one device per task), else the CPU."""
     if requested not in ("auto", "cuda", "cpu"):
-        raise ConfigError(f"train.device must be auto, cuda or cpu, got {requested!r}", "use --train.device=auto")
+        raise ConfigError(
+            f"train.device must be auto, cuda or cpu, got {requested!r}", "use --train.device=auto"
+        )
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -73,14 +75,19 @@ def select_backend(device: torch.device, requested: str = "auto") -> str:
     if requested == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
     if requested not in ("nccl", "gloo"):
-        raise ConfigError(f"dist.backend must be auto, nccl or gloo, got {requested!r}", "use --dist.backend=auto")
+        raise ConfigError(
+            f"dist.backend must be auto, nccl or gloo, got {requested!r}", "use --dist.backend=auto"
+        )
     if requested == "nccl" and device.type != "cuda":
-        raise ConfigError("dist.backend=nccl needs GPUs, but this rank runs on the CPU", "use --dist.backend=gloo or auto")
+        raise ConfigError(
+            "dist.backend=nccl needs GPUs, but this rank runs on the CPU", "use --dist.backend=gloo or auto"
+        )
     return requested
 
 
-def init_distributed(env: ClusterEnvironment, device: str = "auto", backend: str = "auto",
-                     timeout_s: float = 300.0) -> DistContext:
+def init_distributed(
+    env: ClusterEnvironment, device: str = "auto", backend: str = "auto", timeout_s: float = 300.0
+) -> DistContext:
     """Pick this rank's device and, for more than one rank, join the process group.
 
     A master address that cannot work (loopback or this node's own name on a non-first node of a multi-node

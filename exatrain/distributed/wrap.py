@@ -21,10 +21,20 @@ from exatrain.errors import ConfigError
 LAYOUTS = ("auto", "ddp", "fsdp", "hsdp", "none")
 
 
-def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activation_checkpoint=False,
-                compile=False, param_dtype: torch.dtype | None = None, cpu_offload: bool = False,
-                tp_plan: dict | None = None, *, compile_backend: str = "inductor",
-                reshard_after_forward: bool = True) -> nn.Module:
+def parallelize(
+    model: nn.Module,
+    ctx,
+    layout: str = "auto",
+    blocks=None,
+    activation_checkpoint=False,
+    compile=False,
+    param_dtype: torch.dtype | None = None,
+    cpu_offload: bool = False,
+    tp_plan: dict | None = None,
+    *,
+    compile_backend: str = "inductor",
+    reshard_after_forward: bool = True,
+) -> nn.Module:
     """Return `model` on `ctx.device`, parallelised for `layout` over the ranks of `ctx` (collective).
 
     layout "auto": HSDP when ctx has dp_shard > 1 and dp_replicate > 1, FSDP when dp_shard > 1, DDP when
@@ -41,12 +51,16 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
     """
     layout = _resolve_layout(layout, ctx)
     if tp_plan is not None and ctx.dims.tp < 2:
-        raise ConfigError("parallelize(tp_plan=...) needs tensor-parallel ranks, but ctx has tp=1",
-                          "start with exatrain.init(tp=2) (or more), or drop tp_plan")
+        raise ConfigError(
+            "parallelize(tp_plan=...) needs tensor-parallel ranks, but ctx has tp=1",
+            "start with exatrain.init(tp=2) (or more), or drop tp_plan",
+        )
     if layout not in ("fsdp", "hsdp") and (param_dtype is not None or cpu_offload):
-        raise ConfigError(f"parallelize(param_dtype=..., cpu_offload=...) are FSDP options, but the layout is {layout!r}",
-                          "use layout='fsdp' (with exatrain.init(dp_shard=N) or on more than one rank), or "
-                          "torch.autocast for bf16 compute without FSDP")
+        raise ConfigError(
+            f"parallelize(param_dtype=..., cpu_offload=...) are FSDP options, but the layout is {layout!r}",
+            "use layout='fsdp' (with exatrain.init(dp_shard=N) or on more than one rank), or "
+            "torch.autocast for bf16 compute without FSDP",
+        )
     if layout in ("fsdp", "ddp") and ctx.dims.dp == 1:
         layout = "none"  # a single data-parallel rank: nothing to shard or replicate over
     cpu_offload = cpu_offload and layout in ("fsdp", "hsdp")
@@ -64,8 +78,15 @@ def parallelize(model: nn.Module, ctx, layout: str = "auto", blocks=None, activa
         apply_compile(found, compile_backend)
     if layout in ("fsdp", "hsdp"):
         mesh = ctx.dims.mesh("fsdp") if layout == "hsdp" else ctx.dims.mesh("dp")
-        apply_fsdp(model, found, mesh, reshard_after_forward, param_dtype, cpu_offload,
-                   pin_memory=ctx.device.type == "cuda")
+        apply_fsdp(
+            model,
+            found,
+            mesh,
+            reshard_after_forward,
+            param_dtype,
+            cpu_offload,
+            pin_memory=ctx.device.type == "cuda",
+        )
     elif layout == "ddp":
         model = _replicate(model, ctx)
     return model
@@ -91,14 +112,18 @@ def _on_meta(model: nn.Module) -> bool:
 def _resolve_layout(layout: str, ctx) -> str:
     """The layout to apply: 'auto' resolved from ctx.dims; 'none' when there is one data-parallel rank."""
     if layout not in LAYOUTS:
-        raise ConfigError(f"parallelize(layout={layout!r}): not one of {', '.join(LAYOUTS)}", "use layout='auto'")
+        raise ConfigError(
+            f"parallelize(layout={layout!r}): not one of {', '.join(LAYOUTS)}", "use layout='auto'"
+        )
     dims = ctx.dims
     if layout == "auto":
         layout = "hsdp" if dims.hsdp else "fsdp" if dims.fsdp else "ddp" if dims.dp > 1 else "none"
     if layout == "hsdp" and not dims.hsdp:
-        raise ConfigError(f"parallelize(layout='hsdp') needs dp_replicate > 1 and dp_shard > 1, but ctx has "
-                          f"{dims.describe()}",
-                          "start with exatrain.init(dp_shard=S, dp_replicate=R), R x S = the number of ranks")
+        raise ConfigError(
+            f"parallelize(layout='hsdp') needs dp_replicate > 1 and dp_shard > 1, but ctx has "
+            f"{dims.describe()}",
+            "start with exatrain.init(dp_shard=S, dp_replicate=R), R x S = the number of ranks",
+        )
     return layout
 
 
@@ -109,8 +134,10 @@ def _ac_mode(value) -> tuple[str, int]:
         return "full", 1
     if isinstance(value, int) and value >= 1:
         return ("full", 1) if value == 1 else ("every", value)
-    raise ConfigError(f"parallelize(activation_checkpoint={value!r}): expected False, 'full' or an int k >= 1",
-                      "use activation_checkpoint='full' (every block) or e.g. 2 (every second block)")
+    raise ConfigError(
+        f"parallelize(activation_checkpoint={value!r}): expected False, 'full' or an int k >= 1",
+        "use activation_checkpoint='full' (every block) or e.g. 2 (every second block)",
+    )
 
 
 @torch.no_grad()

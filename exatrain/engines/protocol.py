@@ -36,8 +36,13 @@ class Engine:
         checkpoints); an engine with its own checkpoint format returns the object that format saves."""
         return None
 
-    def __init__(self, model_parts: list[nn.Module], num_params: int, use_loss_parallel: bool,
-                 autocast: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(
+        self,
+        model_parts: list[nn.Module],
+        num_params: int,
+        use_loss_parallel: bool,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+    ):
         self.model_parts, self.num_params = model_parts, num_params
         self.use_loss_parallel, self.autocast = use_loss_parallel, autocast
 

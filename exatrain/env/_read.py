@@ -87,6 +87,9 @@ def slurm_step_id(environ: Mapping[str, str]) -> str | None:
 
 def read_restart_count(environ: Mapping[str, str]) -> int:
     """Restarts so far: TORCHELASTIC_RESTART_COUNT (torchrun's agent) or SLURM_RESTART_COUNT (requeue)."""
-    counts = [parse_int(environ[name], name) for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
-              if environ.get(name, "").strip()]
+    counts = [
+        parse_int(environ[name], name)
+        for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+        if environ.get(name, "").strip()
+    ]
     return max(counts, default=0)

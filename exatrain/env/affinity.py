@@ -29,10 +29,10 @@ class AffinityReport:
 
     rank: int
     host: str
-    gpu: str              # "cuda:N", "cpu"
-    expected: str         # compressed core list, or "-" when nothing is expected
+    gpu: str  # "cuda:N", "cpu"
+    expected: str  # compressed core list, or "-" when nothing is expected
     actual: str
-    verdict: str          # "ok", "unchecked", or "MISMATCH: why"
+    verdict: str  # "ok", "unchecked", or "MISMATCH: why"
 
     @property
     def mismatch(self) -> bool:
@@ -90,7 +90,9 @@ def gpu_numa_nodes(root: str = "/") -> list[int]:
         if fields.get("gpu_id", "0") != "0" and fields.get("location_id"):
             loc = int(fields["location_id"])  # bus << 8 | device << 3 | function
             buses.append(f"{int(fields.get('domain', 0)):04x}:{loc >> 8:02x}:{loc >> 3 & 31:02x}.{loc & 7}")
-    return [_int(_read(base / "sys/bus/pci/devices" / bus.lower() / "numa_node"), -1) for bus in sorted(buses)]
+    return [
+        _int(_read(base / "sys/bus/pci/devices" / bus.lower() / "numa_node"), -1) for bus in sorted(buses)
+    ]
 
 
 def _read(path: Path) -> str:
@@ -123,8 +125,9 @@ class WorkerBinding:
     note: str
 
 
-def bind_worker(masks: Sequence[str], local_rank: int, per_gpu: bool,
-                environ: Mapping[str, str] | None = None) -> WorkerBinding:
+def bind_worker(
+    masks: Sequence[str], local_rank: int, per_gpu: bool, environ: Mapping[str, str] | None = None
+) -> WorkerBinding:
     """Bind this process, a torchrun worker, to its CPU mask before it allocates anything, so its memory is
     first touched near its GPU. Its mask: ``per_gpu``, mask i for the node's GPU i behind local rank i after
     the visibility variables (`physical_gpu`); else (CPU profiles) mask i for local rank i. Only cores the
@@ -134,22 +137,33 @@ def bind_worker(masks: Sequence[str], local_rank: int, per_gpu: bool,
     index = physical_gpu(local_rank, environ) if per_gpu else local_rank
     what = f"GPU {index}" if per_gpu else f"local rank {index}"
     if index >= len(masks):
-        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound: no mask for its {what} (the "
-                                    f"job's masks name {len(masks)})")
+        return WorkerBinding(
+            False,
+            f"torchrun mode: worker {local_rank} not bound: no mask for its {what} (the "
+            f"job's masks name {len(masks)})",
+        )
     cores, held = mask_to_cores(masks[index]), set(os.sched_getaffinity(0))
     if not cores <= held:
-        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound to its mask (cores "
-                                    f"{format_ranges(cores)}): its task holds only {format_ranges(held)}")
+        return WorkerBinding(
+            False,
+            f"torchrun mode: worker {local_rank} not bound to its mask (cores "
+            f"{format_ranges(cores)}): its task holds only {format_ranges(held)}",
+        )
     try:
         os.sched_setaffinity(0, cores)
     except OSError as e:
-        return WorkerBinding(False, f"torchrun mode: worker {local_rank} not bound to its mask (cores "
-                                    f"{format_ranges(cores)}): {e.strerror or e}")
+        return WorkerBinding(
+            False,
+            f"torchrun mode: worker {local_rank} not bound to its mask (cores "
+            f"{format_ranges(cores)}): {e.strerror or e}",
+        )
     whose = "its GPU" if per_gpu else "its local rank"
     return WorkerBinding(True, f"torchrun mode: each worker bound itself to the profile's mask of {whose}")
 
 
-def expected_cores(gpu: int | None, local_rank: int, masks: Sequence[str], root: str = "/") -> tuple[set[int] | None, str]:
+def expected_cores(
+    gpu: int | None, local_rank: int, masks: Sequence[str], root: str = "/"
+) -> tuple[set[int] | None, str]:
     """The cores this rank should run on and where that expectation comes from (``mask``, ``numa``, ``none``).
 
     ``gpu`` is the node's GPU number (None on CPU ranks); masks are the profile's, one per GPU (GPU
@@ -170,8 +184,15 @@ def gpu_numa_cores(gpu: int | None, root: str = "/") -> set[int] | None:
     return numa_cores(nodes[gpu], root) if gpu < len(nodes) and nodes[gpu] >= 0 else None
 
 
-def check_rank(rank: int, host: str, gpu: int | None, local_rank: int, masks: Sequence[str],
-               actual: set[int] | None = None, root: str = "/") -> AffinityReport:
+def check_rank(
+    rank: int,
+    host: str,
+    gpu: int | None,
+    local_rank: int,
+    masks: Sequence[str],
+    actual: set[int] | None = None,
+    root: str = "/",
+) -> AffinityReport:
     """This rank's verdict; ``actual`` defaults to ``os.sched_getaffinity(0)`` (what the kernel enforces).
 
     With a profile mask the affinity must equal it, and where sysfs knows the GPU's NUMA node the mask
@@ -209,4 +230,6 @@ def format_table(reports: Sequence[AffinityReport]) -> str:
     head = ("rank", "host", "GPU", "expected cores", "actual cores", "verdict")
     rows = [head] + [(str(r.rank), r.host, r.gpu, r.expected, r.actual, r.verdict) for r in reports]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows
+    )

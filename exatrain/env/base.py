@@ -26,7 +26,9 @@ class Layout:
     global_rank: int
     local_rank: int
     local_world_size: int
-    node_rank: int | None  # None: the launcher does not say (MPI over several nodes); known once the group exists
+    node_rank: (
+        int | None
+    )  # None: the launcher does not say (MPI over several nodes); known once the group exists
     num_nodes: int | None
 
 
@@ -198,8 +200,19 @@ class ClusterEnvironment(abc.ABC):
     def to_dict(self) -> dict[str, Any]:
         """All properties as a JSON-able dict (for ``exatrain env`` and logs)."""
         names = (
-            "kind", "world_size", "global_rank", "local_rank", "local_world_size", "node_rank", "num_nodes",
-            "main_address", "main_port", "hostname", "job_id", "restart_count", "is_distributed",
+            "kind",
+            "world_size",
+            "global_rank",
+            "local_rank",
+            "local_world_size",
+            "node_rank",
+            "num_nodes",
+            "main_address",
+            "main_port",
+            "hostname",
+            "job_id",
+            "restart_count",
+            "is_distributed",
         )
         return {**{name: getattr(self, name) for name in names}, "notes": list(self.notes)}
 

@@ -7,13 +7,20 @@ from pathlib import Path
 
 from exatrain.errors import ClusterEnvError
 
-VISIBILITY_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+VISIBILITY_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+)
 
 
 def visibility(environ: Mapping[str, str]) -> dict[str, list[str] | None]:
     """Each visibility variable as a list of device ids; None when unset, ``[]`` when set to empty (no GPU)."""
     return {
-        name: None if name not in environ else [item.strip() for item in environ[name].split(",") if item.strip()]
+        name: None
+        if name not in environ
+        else [item.strip() for item in environ[name].split(",") if item.strip()]
         for name in VISIBILITY_VARS
     }
 
@@ -99,8 +106,9 @@ def narrowed_ids(seen: Mapping[str, list[str] | None]) -> list[str] | None:
     return next((v for k, v in seen.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)
 
 
-def describe_devices(local_rank: int, local_world_size: int, environ: Mapping[str, str] | None = None,
-                     root: str = "/") -> dict:
+def describe_devices(
+    local_rank: int, local_world_size: int, environ: Mapping[str, str] | None = None, root: str = "/"
+) -> dict:
     """What `exatrain env` reports about GPUs, without torch: visible count, the device this rank would
     use (``cuda:N`` or ``cpu``) and the visibility variables that are set."""
     import os
@@ -109,4 +117,8 @@ def describe_devices(local_rank: int, local_world_size: int, environ: Mapping[st
     narrowed = narrowed_ids(vis)
     count = len(narrowed) if narrowed is not None else count_node_gpus(root)
     device = f"cuda:{pick_device_index(local_rank, local_world_size, count)}" if count else "cpu"
-    return {"visible_gpus": count, "device": device, "visibility": {k: v for k, v in vis.items() if v is not None}}
+    return {
+        "visible_gpus": count,
+        "device": device,
+        "visibility": {k: v for k, v in vis.items() if v is not None},
+    }

@@ -15,9 +15,11 @@ from exatrain.env.base import ClusterEnvironment, resolve_host
 from exatrain.errors import ClusterEnvError
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
-_UNSET_HINT = ("unset MASTER_ADDR: exatrain derives it from the job's node list itself (its first host; no "
-               "scontrol needed, so it works in containers); if you must export it, do so once in the batch script "
-               "before srun, as the first host of $SLURM_JOB_NODELIST")
+_UNSET_HINT = (
+    "unset MASTER_ADDR: exatrain derives it from the job's node list itself (its first host; no "
+    "scontrol needed, so it works in containers); if you must export it, do so once in the batch script "
+    "before srun, as the first host of $SLURM_JOB_NODELIST"
+)
 
 
 def check_master(env: ClusterEnvironment, resolve: Callable[[str], str] = resolve_host) -> None:
@@ -30,13 +32,16 @@ def check_master(env: ClusterEnvironment, resolve: Callable[[str], str] = resolv
     if not env.is_distributed:
         return
     address = env.main_address
-    where = f"rank {env.global_rank}" + (f" on node {env.node_rank} of {env.num_nodes}" if env.num_nodes else "")
+    where = f"rank {env.global_rank}" + (
+        f" on node {env.node_rank} of {env.num_nodes}" if env.num_nodes else ""
+    )
     if env.spans_nodes and _is_loopback(address):
         raise ClusterEnvError(
             f"master address {address!r} is a loopback address, but the job spans "
             f"{f'{env.num_nodes} nodes' if env.num_nodes else 'several nodes'} ({where}): ranks on other nodes "
             "can never reach it and would wait until the join timeout",
-            _UNSET_HINT)
+            _UNSET_HINT,
+        )
     # Needs this rank's node index; where the launcher does not say it (MPI), the check is left out rather
     # than guessed.
     if env.spans_nodes and env.node_rank not in (None, 0) and _same_host(address, env.hostname):
@@ -44,7 +49,8 @@ def check_master(env: ClusterEnvironment, resolve: Callable[[str], str] = resolv
             f"master address {address!r} is this node's own host name, but {where} is not on the first node: "
             "each node would wait for a master on itself (MASTER_ADDR=$(hostname) evaluated on every node, "
             "or scontrol missing inside a container)",
-            _UNSET_HINT)
+            _UNSET_HINT,
+        )
     resolve(address)
 
 

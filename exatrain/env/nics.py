@@ -56,7 +56,8 @@ def gloo_interfaces(environ: Mapping[str, str], hostname: str, root: str = "/") 
             f"(it has: {others}); "
             "gloo would fail with 'Unable to find address for: " + missing[0] + "'",
             f"name interfaces node {hostname} has in the profile's [comm_env] {GLOO_IFNAME} (or the job's "
-            f"[job.env]); `ls /sys/class/net` on a compute node lists them")
+            f"[job.env]); `ls /sys/class/net` on a compute node lists them",
+        )
     return ",".join(kept)
 
 

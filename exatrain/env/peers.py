@@ -36,8 +36,10 @@ def lightning_srun_problem(environ: Mapping[str, str]) -> str | None:
         return None
     if ntasks <= 1 or "SLURM_NTASKS_PER_NODE" in environ:
         return None
-    return (f"this srun step has {ntasks} tasks but SLURM_NTASKS_PER_NODE is unset (srun -n/--ntasks without "
-            "--ntasks-per-node): Lightning's SLURM environment refuses to start there")
+    return (
+        f"this srun step has {ntasks} tasks but SLURM_NTASKS_PER_NODE is unset (srun -n/--ntasks without "
+        "--ntasks-per-node): Lightning's SLURM environment refuses to start there"
+    )
 
 
 def accelerate_cpu_problem(environ: Mapping[str, str], gpus: int) -> str | None:
@@ -49,5 +51,7 @@ def accelerate_cpu_problem(environ: Mapping[str, str], gpus: int) -> str | None:
     """
     if gpus or environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "y", "yes", "t", "true", "on"):
         return None
-    return ("this node has no GPU and ACCELERATE_USE_CPU is unset: Accelerate then runs every rank as its "
-            "own world of one (DistributedType.NO) instead of one group over gloo")
+    return (
+        "this node has no GPU and ACCELERATE_USE_CPU is unset: Accelerate then runs every rank as its "
+        "own world of one (DistributedType.NO) instead of one group over gloo"
+    )

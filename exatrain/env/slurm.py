@@ -65,7 +65,9 @@ class SlurmEnvironment(ClusterEnvironment):
         name, text = require(environ, *_NODELIST_VARS, why=_WHY)
         return name, expand_nodelist(text, name)
 
-    def _read_tasks_per_node(self, environ: Mapping[str, str], world: int, world_source: str) -> tuple[str, list[int]]:
+    def _read_tasks_per_node(
+        self, environ: Mapping[str, str], world: int, world_source: str
+    ) -> tuple[str, list[int]]:
         name, text = require(environ, *_TASKS_PER_NODE_VARS, why=_WHY)
         tasks = parse_tasks_per_node(text, name)
         if len(tasks) != len(self._nodes) or sum(tasks) != world:

@@ -55,24 +55,31 @@ def format_version(version: tuple[int, ...]) -> str:
     return ".".join(str(part) for part in version)
 
 
-def check_torch_floor(version: tuple[int, int, int] | None, python: str = "python",
-                      trainer: bool = False) -> tuple[int, int, int]:
+def check_torch_floor(
+    version: tuple[int, int, int] | None, python: str = "python", trainer: bool = False
+) -> tuple[int, int, int]:
     """The job's torch version, or a ConfigError (with a HINT naming the version and the floor) where torch is
     missing or older than TORCH_FLOOR (``trainer``: TRAINER_FLOOR): the job stops at start, in seconds, before
     any rendezvous."""
     if trainer and version is not None and not torch_at_least(version, TRAINER_FLOOR):
         need = format_version(TRAINER_FLOOR)
-        raise ConfigError(f"torch {format_version(version)} (of {python}) is older than {need}, the oldest torch "
-                          "exatrain's reference trainer imports (async checkpoint staging, DTensor, fully_shard)",
-                          f"use torch>={need} for `exatrain train`, or run your own training script with "
-                          f"`exatrain run` (torch>={format_version(TORCH_FLOOR)} is enough there)")
+        raise ConfigError(
+            f"torch {format_version(version)} (of {python}) is older than {need}, the oldest torch "
+            "exatrain's reference trainer imports (async checkpoint staging, DTensor, fully_shard)",
+            f"use torch>={need} for `exatrain train`, or run your own training script with "
+            f"`exatrain run` (torch>={format_version(TORCH_FLOOR)} is enough there)",
+        )
     floor = format_version(TORCH_FLOOR)
     if version is None:
-        raise ConfigError(f"no torch is installed for {python}, which starts the ranks",
-                          f"install torch>={floor} into that environment (or activate the environment or container "
-                          "that has it) before the job starts")
+        raise ConfigError(
+            f"no torch is installed for {python}, which starts the ranks",
+            f"install torch>={floor} into that environment (or activate the environment or container "
+            "that has it) before the job starts",
+        )
     if not torch_at_least(version, TORCH_FLOOR):
-        raise ConfigError(f"torch {format_version(version)} (of {python}) is older than exatrain's floor {floor}",
-                          f"use torch>={floor} (pyproject.toml: torch>={floor},<3): a newer container or module, "
-                          f"or pip install 'torch>={floor}' into the job's environment")
+        raise ConfigError(
+            f"torch {format_version(version)} (of {python}) is older than exatrain's floor {floor}",
+            f"use torch>={floor} (pyproject.toml: torch>={floor},<3): a newer container or module, "
+            f"or pip install 'torch>={floor}' into the job's environment",
+        )
     return version

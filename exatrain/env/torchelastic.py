@@ -20,7 +20,9 @@ class TorchElasticEnvironment(ClusterEnvironment):
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> bool:
         """torchrun sets TORCHELASTIC_RUN_ID next to the rank variables in every worker."""
-        return all(first_set(environ, name) for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"))
+        return all(
+            first_set(environ, name) for name in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+        )
 
     def _read_layout(self, environ: Mapping[str, str]) -> Layout:
         world = require_int(environ, "WORLD_SIZE", why=_WHY, minimum=1)
@@ -39,11 +41,15 @@ class TorchElasticEnvironment(ClusterEnvironment):
     def _read_notes(self, environ: Mapping[str, str]) -> tuple[str, ...]:
         # torch 2.13 keeps the agent's shared store across restarts without a per-attempt prefix, so a
         # restarted group can read the dead group's addresses (pytorch/pytorch#135712).
-        restarts = parse_int(environ.get("TORCHELASTIC_MAX_RESTARTS", "").strip() or "0", "TORCHELASTIC_MAX_RESTARTS", 0)
+        restarts = parse_int(
+            environ.get("TORCHELASTIC_MAX_RESTARTS", "").strip() or "0", "TORCHELASTIC_MAX_RESTARTS", 0
+        )
         if restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            return ("torchrun may restart these workers, but its agent shares its store with them: a restarted group "
-                    "can fail to connect; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun "
-                    "(`exatrain train --nproc N --max-restarts K` does)",)
+            return (
+                "torchrun may restart these workers, but its agent shares its store with them: a restarted group "
+                "can fail to connect; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun "
+                "(`exatrain train --nproc N --max-restarts K` does)",
+            )
         return ()
 
     def _read_launcher_hosts_store(self, environ: Mapping[str, str]) -> bool:

@@ -38,9 +38,14 @@ def hang_request(environ: Mapping[str, str] | None = None) -> HangRequest | None
     raw = environ.get(HANG_TIMEOUT_VAR, "").strip()
     if not raw:
         return None
-    return HangRequest(timeout_s=float(raw), run_dir=environ.get(RUN_DIR_VAR, "") or "runs/default",
-                       rank=int(environ.get("RANK", "0") or 0), world_size=int(environ.get("WORLD_SIZE", "1") or 1),
-                       attempt=read_restart_count(environ), host=socket.gethostname())
+    return HangRequest(
+        timeout_s=float(raw),
+        run_dir=environ.get(RUN_DIR_VAR, "") or "runs/default",
+        rank=int(environ.get("RANK", "0") or 0),
+        world_size=int(environ.get("WORLD_SIZE", "1") or 1),
+        attempt=read_restart_count(environ),
+        host=socket.gethostname(),
+    )
 
 
 def hang_variables(timeout_s: float, run_dir: str) -> dict[str, str]:
@@ -62,6 +67,8 @@ def run_token(environ: Mapping[str, str] | None = None) -> str:
     """A name the ranks of one launch share without talking (torchrun's run id, else the SLURM job step, else
     the rendezvous address): the watcher ignores files an earlier run left in the same run directory."""
     environ = os.environ if environ is None else environ
-    parts = [environ.get(name, "") for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
-                                                 "MASTER_ADDR", "MASTER_PORT")]
+    parts = [
+        environ.get(name, "")
+        for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT")
+    ]
     return "/".join(parts)

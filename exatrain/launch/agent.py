@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 
 from exatrain.env.torch_version import check_torch_floor, torch_version
+from exatrain.errors import EXIT_HANG, ExatrainError
 from exatrain.slurm.rendezvous import LOCAL_ADDR_SINCE
-from exatrain.errors import ExatrainError
-from exatrain.slurm.torchrun_line import (GRACE, HANDLE, extra_signals, native_signal_handling,
-                                          signal_options)
+from exatrain.slurm.torchrun_line import GRACE, HANDLE, extra_signals, native_signal_handling, signal_options
 
 
 def split_options(argv: list[str]) -> tuple[str, int | None, list[str]]:
@@ -83,7 +82,9 @@ class SignalForwarder:
             except ProcessLookupError:
                 pass
         wait = f"up to {self.grace} s" if self.grace else "until they exit"
-        os.write(2, f"exatrain: the agent received {name}: passed it to workers {pids}; waiting {wait}\n".encode())
+        os.write(
+            2, f"exatrain: the agent received {name}: passed it to workers {pids}; waiting {wait}\n".encode()
+        )
         if self.grace and not self.armed:
             self.armed = True
             signal.signal(signal.SIGALRM, self._grace_over)
@@ -104,8 +105,6 @@ def prepare(argv: list[str], version: tuple[int, int, int]) -> tuple[list[str], 
         return [*signal_options(version, names, grace), *args], None
     return args, SignalForwarder(extra_signals(names), grace)
 
-from exatrain.errors import EXIT_HANG
-
 
 def _without_unknown_local_addr(args: list[str], version: tuple[int, int, int]) -> list[str]:
     """torchrun's arguments without ``--local-addr`` where the node's torch predates it (2.5, as
@@ -115,8 +114,12 @@ def _without_unknown_local_addr(args: list[str], version: tuple[int, int, int]) 
         return args
     kept = [a for a in args if not a.startswith("--local-addr=") and not a.startswith("--local_addr=")]
     if len(kept) != len(args):
-        print(f"exatrain: note: torch {'.'.join(map(str, version))} has no --local-addr (torch >= 2.5): its workers "
-              "get this node's plain host name as MASTER_ADDR", file=sys.stderr, flush=True)
+        print(
+            f"exatrain: note: torch {'.'.join(map(str, version))} has no --local-addr (torch >= 2.5): its workers "
+            "get this node's plain host name as MASTER_ADDR",
+            file=sys.stderr,
+            flush=True,
+        )
     return kept
 
 
@@ -128,10 +131,12 @@ def failure_exit_code(exitcode: int) -> int:
 def describe_failure(rank: int, failure, others: int) -> str:
     """One line (plus a HINT) naming the first worker that failed, its exit code or signal."""
     if failure.exitcode == EXIT_HANG:
-        return (f"the hang watcher stopped the workers (rank {rank} first, exit code {EXIT_HANG}): the diagnosis "
-                "above names the rank that stalled and where (also in RUN_DIR/hang/diagnosis.txt)\n"
-                "HINT: every rank's stacks are in RUN_DIR/hang/attempt-K/; `--max-restarts K` restarts the "
-                "workers from the last checkpoint instead")
+        return (
+            f"the hang watcher stopped the workers (rank {rank} first, exit code {EXIT_HANG}): the diagnosis "
+            "above names the rank that stalled and where (also in RUN_DIR/hang/diagnosis.txt)\n"
+            "HINT: every rank's stacks are in RUN_DIR/hang/attempt-K/; `--max-restarts K` restarts the "
+            "workers from the last checkpoint instead"
+        )
     how = f"exit code {failure.exitcode}"
     if failure.exitcode < 0:
         try:
@@ -140,10 +145,12 @@ def describe_failure(rank: int, failure, others: int) -> str:
             how = f"signal {-failure.exitcode}"
     more = f"; {others} other worker(s) ended with it" if others else ""
     first = " first" if others else ""
-    return (f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed{first} with {how}"
-            f"{_reported(failure)}{more}\n{_last_lines(rank, failure)}"
-            "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
-            "the workers after a failure")
+    return (
+        f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) failed{first} with {how}"
+        f"{_reported(failure)}{more}\n{_last_lines(rank, failure)}"
+        "HINT: that rank's own output above says why; `--max-restarts K` lets torchrun's agent restart "
+        "the workers after a failure"
+    )
 
 
 def _reported(failure) -> str:
@@ -172,9 +179,11 @@ def first_failure(failures: dict):
     """(rank, failure) of the worker that failed first: by the script runner's nanosecond time where it
     recorded one (torch's own choice compares whole seconds, and then takes the lowest rank), else the
     failure's own timestamp; a worker with no record (killed by the agent after another failed) is last."""
+
     def when(rank: int):
         ns = _extra(failures[rank]).get("exatrain_time_ns")
         return (0, ns, rank) if isinstance(ns, int) else (1, failures[rank].timestamp, rank)
+
     rank = min(failures, key=when)
     return rank, failures[rank]
 
@@ -200,11 +209,19 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             signal.alarm(0)  # the forwarder's grace, if armed: the workers have ended
     except SignalException as e:  # a handled signal: the agent passed it to the workers and stopped
-        print(f"exatrain: the agent received {e.sigval.name} and passed it to the workers", file=sys.stderr, flush=True)
+        print(
+            f"exatrain: the agent received {e.sigval.name} and passed it to the workers",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + int(e.sigval)
     except ChildFailedError as e:
         rank, failure = first_failure(e.failures)
-        print(f"exatrain: error: {describe_failure(rank, failure, len(e.failures) - 1)}", file=sys.stderr, flush=True)
+        print(
+            f"exatrain: error: {describe_failure(rank, failure, len(e.failures) - 1)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return failure_exit_code(failure.exitcode)
     except KeyboardInterrupt:
         return 130

@@ -48,8 +48,8 @@ class LineWriter(io.RawIOBase):
         self._partial += data
         end = self._partial.rfind(b"\n")
         if end >= 0:
-            self._emit(bytes(self._partial[:end + 1]))
-            del self._partial[:end + 1]
+            self._emit(bytes(self._partial[: end + 1]))
+            del self._partial[: end + 1]
         if len(self._partial) > _MAX_PARTIAL:
             self.flush()
         return len(data)
@@ -79,7 +79,7 @@ def _write_all(fd: int, data: bytearray) -> None:
     view = memoryview(data)
     while view:
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BlockingIOError:
             select.select([], [fd], [])
 
@@ -97,8 +97,11 @@ def install(label: str = "") -> collections.deque:
         except (AttributeError, OSError, ValueError):
             continue  # no stream, or one without a descriptor (a test harness's): left as it is
         raw = LineWriter(fd, prefix, tail)
-        setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors,
-                                            line_buffering=True))
+        setattr(
+            sys,
+            name,
+            io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, line_buffering=True),
+        )
     return tail
 
 
@@ -113,9 +116,17 @@ def record_failure(message: str, tail: collections.deque, path: str | None) -> N
     import time
 
     now = time.time_ns()
-    data = {"message": {"message": message, "extraInfo": {
-        "py_callstack": "\n".join(tail), "timestamp": str(now // 10**9),
-        "exatrain_time_ns": now, "exatrain_last_lines": list(tail)}}}
+    data = {
+        "message": {
+            "message": message,
+            "extraInfo": {
+                "py_callstack": "\n".join(tail),
+                "timestamp": str(now // 10**9),
+                "exatrain_time_ns": now,
+                "exatrain_last_lines": list(tail),
+            },
+        }
+    }
     try:
         with open(path, "w") as f:
             json.dump(data, f)

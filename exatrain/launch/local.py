@@ -28,18 +28,24 @@ RESTART_SAFE_AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 def check_nproc(nproc: int) -> int:
     """Validate a requested local process count."""
     if nproc < 1:
-        raise ConfigError(f"--nproc must be at least 1, got {nproc}", "use --nproc 1 for one process or --nproc 2 for two")
+        raise ConfigError(
+            f"--nproc must be at least 1, got {nproc}", "use --nproc 1 for one process or --nproc 2 for two"
+        )
     return nproc
 
 
 def check_max_restarts(max_restarts: int) -> int:
     """Validate a requested number of elastic restarts."""
     if max_restarts < 0:
-        raise ConfigError(f"--max-restarts must be 0 or more, got {max_restarts}", "use --max-restarts 3, for example")
+        raise ConfigError(
+            f"--max-restarts must be 0 or more, got {max_restarts}", "use --max-restarts 3, for example"
+        )
     return max_restarts
 
 
-def torchrun_command(nproc: int, module: str, args: list[str], max_restarts: int = 0, signals: str = "") -> list[str]:
+def torchrun_command(
+    nproc: int, module: str, args: list[str], max_restarts: int = 0, signals: str = ""
+) -> list[str]:
     """The command that runs `python -m <module> <args>` in `nproc` workers on this node."""
     return agent_command(nproc, ["-m", module, *args], max_restarts, signals)
 
@@ -55,8 +61,15 @@ def agent_command(nproc: int, target: list[str], max_restarts: int = 0, signals:
     exatrain's agent itself: `launch.agent`).
     """
     return [
-        sys.executable, "-m", AGENT_MODULE, *agent_options(signals, DEFAULT_GRACE), "--", "--standalone",
-        f"--nproc-per-node={check_nproc(nproc)}", f"--max-restarts={check_max_restarts(max_restarts)}", *target,
+        sys.executable,
+        "-m",
+        AGENT_MODULE,
+        *agent_options(signals, DEFAULT_GRACE),
+        "--",
+        "--standalone",
+        f"--nproc-per-node={check_nproc(nproc)}",
+        f"--max-restarts={check_max_restarts(max_restarts)}",
+        *target,
     ]
 
 
@@ -65,12 +78,15 @@ def cores_note(nproc: int) -> str | None:
     cores = len(os.sched_getaffinity(0))
     if nproc <= cores:
         return None
-    return (f"{nproc} workers share {cores} CPU core(s) of this process: each gets less than one core, so the "
-            f"run is slow (fine for a smoke test; use --nproc {cores} or fewer to measure anything)")
+    return (
+        f"{nproc} workers share {cores} CPU core(s) of this process: each gets less than one core, so the "
+        f"run is slow (fine for a smoke test; use --nproc {cores} or fewer to measure anything)"
+    )
 
 
-def agent_environment(max_restarts: int, base: dict[str, str] | None = None, nproc: int = 1,
-                      own_store: bool = False) -> dict[str, str]:
+def agent_environment(
+    max_restarts: int, base: dict[str, str] | None = None, nproc: int = 1, own_store: bool = False
+) -> dict[str, str]:
     """The agent's environment: this process's, plus what makes restarts reconnect when they are allowed,
     plus OMP_NUM_THREADS for the workers (see threads_per_worker) unless the caller set it.
 
@@ -103,15 +119,27 @@ def _run_forwarding(command: list[str], env: dict[str, str], signals: str) -> in
             signal.signal(sig, handler)
 
 
-def launch_local(nproc: int, module: str, args: list[str], max_restarts: int = 0, signals: str = "",
-                 run_dir: str | None = None) -> int:
+def launch_local(
+    nproc: int,
+    module: str,
+    args: list[str],
+    max_restarts: int = 0,
+    signals: str = "",
+    run_dir: str | None = None,
+) -> int:
     """Run `python -m <module> <args>` in the workers to completion (see launch_target)."""
     return launch_target(nproc, ["-m", module, *args], max_restarts, signals, run_dir)
 
 
-def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "",
-                  run_dir: str | None = None, own_store: bool = False,
-                  extra_env: dict[str, str] | None = None) -> int:
+def launch_target(
+    nproc: int,
+    target: list[str],
+    max_restarts: int = 0,
+    signals: str = "",
+    run_dir: str | None = None,
+    own_store: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> int:
     """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit code,
     or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
     itself exits 1 then). ``own_store``: see agent_environment."""
@@ -121,12 +149,18 @@ def launch_target(nproc: int, target: list[str], max_restarts: int = 0, signals:
     command = agent_command(nproc, target, max_restarts, signals)
     env = {**agent_environment(max_restarts, nproc=nproc, own_store=own_store), **(extra_env or {})}
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
-        print(f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
-              f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count", file=sys.stderr)
+        print(
+            f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
+            f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count",
+            file=sys.stderr,
+        )
     code = _run_forwarding(command, env, agent_signals(signals))
     if marker and marker.exists():
         marker.unlink()
-        print(f"exatrain: the workers checkpointed on a signal: continue with --checkpoint.resume=auto "
-              f"(exit code {EXIT_REQUEUE})", file=sys.stderr)
+        print(
+            f"exatrain: the workers checkpointed on a signal: continue with --checkpoint.resume=auto "
+            f"(exit code {EXIT_REQUEUE})",
+            file=sys.stderr,
+        )
         return EXIT_REQUEUE
     return code

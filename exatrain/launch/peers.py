@@ -63,8 +63,11 @@ def spawn_line(tree: ast.Module | None) -> int | None:
     if tree is None:
         return None
     torch_names, mp_names, fn_names = _spawn_aliases(tree)
-    lines = [node.lineno for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and _is_spawn(node.func, torch_names, mp_names, fn_names)]
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _is_spawn(node.func, torch_names, mp_names, fn_names)
+    ]
     return min(lines, default=None)
 
 
@@ -96,8 +99,12 @@ def _is_spawn(func: ast.expr, torch_names: set[str], mp_names: set[str], fn_name
     base = func.value
     if isinstance(base, ast.Name):
         return base.id in mp_names
-    return (isinstance(base, ast.Attribute) and base.attr == "multiprocessing"
-            and isinstance(base.value, ast.Name) and base.value.id in torch_names)
+    return (
+        isinstance(base, ast.Attribute)
+        and base.attr == "multiprocessing"
+        and isinstance(base.value, ast.Name)
+        and base.value.id in torch_names
+    )
 
 
 def self_spawning_nproc(requested: int | None, script: str, line: int) -> tuple[int, str | None]:
@@ -108,22 +115,25 @@ def self_spawning_nproc(requested: int | None, script: str, line: int) -> tuple[
     if requested is None:
         return 1, f"{what}: running it once (--nproc 1); its processes form their own group"
     if requested > 1:
-        raise ExatrainError(f"{what}, and --nproc {requested} would start {requested} copies of it, each "
-                            "with its own world",
-                            f"run it once: `exatrain run --nproc 1 {script}` (or `python {script}`); "
-                            "or remove the spawn call and let exatrain start the ranks")
+        raise ExatrainError(
+            f"{what}, and --nproc {requested} would start {requested} copies of it, each with its own world",
+            f"run it once: `exatrain run --nproc 1 {script}` (or `python {script}`); "
+            "or remove the spawn call and let exatrain start the ranks",
+        )
     return 1, None
 
 
 def shared_store_error(script: str, line: int) -> ExatrainError:
     """The error for a self-spawning script in a torchrun worker whose agent shares its store with it: the
     spawned processes would join the agent's store (TORCHELASTIC_USE_AGENT_STORE) and wait there."""
-    return ExatrainError(f"{script} starts its own worker processes (torch.multiprocessing, line {line}) "
-                         "inside a torchrun worker whose agent shares its TCP store: those processes would wait "
-                         "in torchrun's store for a group that never forms (a hang)",
-                         f"start it once outside torchrun: `exatrain run --nproc 1 {script}` or `python "
-                         f"{script}`; under torchrun export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 first "
-                         "(then each spawned process group makes its own store)")
+    return ExatrainError(
+        f"{script} starts its own worker processes (torch.multiprocessing, line {line}) "
+        "inside a torchrun worker whose agent shares its TCP store: those processes would wait "
+        "in torchrun's store for a group that never forms (a hang)",
+        f"start it once outside torchrun: `exatrain run --nproc 1 {script}` or `python "
+        f"{script}`; under torchrun export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 first "
+        "(then each spawned process group makes its own store)",
+    )
 
 
 def peer_warnings(tree: ast.Module | None, environ, gpus: int, *, launched: bool) -> list[str]:
@@ -133,11 +143,15 @@ def peer_warnings(tree: ast.Module | None, environ, gpus: int, *, launched: bool
     notes = []
     problem = lightning_srun_problem(environ) if launched and uses_any(tree, LIGHTNING_PACKAGES) else None
     if problem:
-        notes.append(f"WARNING: {problem}\nHINT: start the step with --ntasks-per-node (srun -N NODES "
-                     "--ntasks-per-node=TASKS exatrain run ...; scripts from `exatrain submit` do), or name "
-                     "the job `interactive` to make Lightning leave SLURM alone (docs/peers.md)")
+        notes.append(
+            f"WARNING: {problem}\nHINT: start the step with --ntasks-per-node (srun -N NODES "
+            "--ntasks-per-node=TASKS exatrain run ...; scripts from `exatrain submit` do), or name "
+            "the job `interactive` to make Lightning leave SLURM alone (docs/peers.md)"
+        )
     problem = accelerate_cpu_problem(environ, gpus) if uses_any(tree, ACCELERATE_PACKAGES) else None
     if problem:
-        notes.append(f"WARNING: {problem}\nHINT: export ACCELERATE_USE_CPU=1 (what `accelerate launch --cpu` "
-                     "sets) or create Accelerator(cpu=True) (docs/peers.md)")
+        notes.append(
+            f"WARNING: {problem}\nHINT: export ACCELERATE_USE_CPU=1 (what `accelerate launch --cpu` "
+            "sets) or create Accelerator(cpu=True) (docs/peers.md)"
+        )
     return notes

@@ -20,7 +20,13 @@ from pathlib import Path
 
 from exatrain.env import ClusterEnvironment
 from exatrain.env.affinity import check_rank, physical_gpu
-from exatrain.env.devices import count_node_gpus, narrowed_ids, pick_device_index, visibility, visibility_problem
+from exatrain.env.devices import (
+    count_node_gpus,
+    narrowed_ids,
+    pick_device_index,
+    visibility,
+    visibility_problem,
+)
 from exatrain.env.master_check import check_master
 from exatrain.env.nics import GLOO_IFNAME, gloo_interfaces
 from exatrain.errors import ConfigError, ExatrainError
@@ -60,13 +66,17 @@ def check_target(target: Target | None, cwd: str | None = None) -> Target:
 def _check_script(target: Target, cwd: str) -> Target:
     path = Path(cwd, target.name)
     if not path.exists():
-        raise ExatrainError(f"script {target.name!r} does not exist (looked in {cwd})",
-                            "check the path; it is relative to the current directory (the job's working "
-                            "directory under SLURM)")
+        raise ExatrainError(
+            f"script {target.name!r} does not exist (looked in {cwd})",
+            "check the path; it is relative to the current directory (the job's working "
+            "directory under SLURM)",
+        )
     if path.is_dir() or not _is_python(path):
-        raise ExatrainError(f"{target.name!r} is not a Python script (no .py suffix and no python #! line)",
-                            "exatrain run starts Python: give a .py file or -m MODULE; run other programs "
-                            "directly with srun or torchrun --no-python")
+        raise ExatrainError(
+            f"{target.name!r} is not a Python script (no .py suffix and no python #! line)",
+            "exatrain run starts Python: give a .py file or -m MODULE; run other programs "
+            "directly with srun or torchrun --no-python",
+        )
     return target
 
 
@@ -87,9 +97,11 @@ def _check_module(target: Target, cwd: str) -> Target:
     if not top.isidentifier() or importlib.machinery.PathFinder.find_spec(top, [cwd, *sys.path]) is None:
         if top.isidentifier() and top in sys.builtin_module_names:
             return target
-        raise ExatrainError(f"no module named {top!r} (for -m {target.name}) in {cwd} or the installed packages",
-                            "check the module name, run from the directory that contains it, or install its "
-                            "package into this environment")
+        raise ExatrainError(
+            f"no module named {top!r} (for -m {target.name}) in {cwd} or the installed packages",
+            "check the module name, run from the directory that contains it, or install its "
+            "package into this environment",
+        )
     return target
 
 
@@ -102,9 +114,12 @@ def torch_variables(env: ClusterEnvironment) -> dict[str, str]:
     if env.kind == "torchelastic":
         return {}
     variables = {
-        "RANK": str(env.global_rank), "WORLD_SIZE": str(env.world_size),
-        "LOCAL_RANK": str(env.local_rank), "LOCAL_WORLD_SIZE": str(env.local_world_size),
-        "MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port),
+        "RANK": str(env.global_rank),
+        "WORLD_SIZE": str(env.world_size),
+        "LOCAL_RANK": str(env.local_rank),
+        "LOCAL_WORLD_SIZE": str(env.local_world_size),
+        "MASTER_ADDR": env.main_address,
+        "MASTER_PORT": str(env.main_port),
     }
     if env.node_rank is not None:  # MPI over several nodes exports no node index: left unset, never guessed
         variables.update(GROUP_RANK=str(env.node_rank), GROUP_WORLD_SIZE=str(env.num_nodes))
@@ -116,13 +131,17 @@ def batch_shell_error(env: ClusterEnvironment) -> ExatrainError | None:
     script would be a world of one while the job's other tasks sit idle."""
     if env.kind != "local" or env.job_id is None:
         return None
-    return ExatrainError(f"inside SLURM job {env.job_id}'s batch shell, not a job step: the script would run as one "
-                         "process while the job's tasks stay unused",
-                         "start the ranks as a job step: `srun exatrain run train.py` in the batch script, or let "
-                         "`exatrain submit` write the job; to run local workers here anyway, pass --nproc N")
+    return ExatrainError(
+        f"inside SLURM job {env.job_id}'s batch shell, not a job step: the script would run as one "
+        "process while the job's tasks stay unused",
+        "start the ranks as a job step: `srun exatrain run train.py` in the batch script, or let "
+        "`exatrain submit` write the job; to run local workers here anyway, pass --nproc N",
+    )
 
 
-def device_notes(env: ClusterEnvironment, environ: Mapping[str, str], root: str = "/") -> tuple[list[str], int | None]:
+def device_notes(
+    env: ClusterEnvironment, environ: Mapping[str, str], root: str = "/"
+) -> tuple[list[str], int | None]:
     """Visibility warnings for this rank and the node GPU its LOCAL_RANK selects (None on CPU).
 
     The rules of `env.devices`: tasks that would share GPUs fail; a task that sees exactly one GPU while
@@ -135,10 +154,12 @@ def device_notes(env: ClusterEnvironment, environ: Mapping[str, str], root: str 
         return notes, None
     index = pick_device_index(env.local_rank, env.local_world_size, count)
     if index != env.local_rank:
-        notes.append(f"this task sees one GPU while its node runs {env.local_world_size} tasks: it is device 0 "
-                     f"(cuda:0), not cuda:LOCAL_RANK (LOCAL_RANK={env.local_rank})\n"
-                     "HINT: let every task see the node's GPUs (--gpus-per-node, which `exatrain submit` uses for "
-                     "scripts) or select torch.device('cuda') in the script")
+        notes.append(
+            f"this task sees one GPU while its node runs {env.local_world_size} tasks: it is device 0 "
+            f"(cuda:0), not cuda:LOCAL_RANK (LOCAL_RANK={env.local_rank})\n"
+            "HINT: let every task see the node's GPUs (--gpus-per-node, which `exatrain submit` uses for "
+            "scripts) or select torch.device('cuda') in the script"
+        )
     return notes, physical_gpu(index, environ)
 
 
@@ -150,15 +171,22 @@ def affinity_note(env: ClusterEnvironment, gpu: int | None, masks: tuple[str, ..
     if not report.mismatch:
         return None
     what = f"CPU affinity of rank {report.rank} on {report.host}: expected cores {report.expected}, runs on {report.actual} ({report.verdict})"
-    hint = ("bind each task to its cores (srun --cpu-bind=mask_cpu:..., as scripts from `exatrain sbatch` do); "
-            "--affinity=off skips this check")
+    hint = (
+        "bind each task to its cores (srun --cpu-bind=mask_cpu:..., as scripts from `exatrain sbatch` do); "
+        "--affinity=off skips this check"
+    )
     if mode == "strict":
         raise ExatrainError(f"{what} (--affinity=strict)", hint)
     return f"WARNING: {what}\nHINT: {hint}"
 
 
-def rank_environment(env: ClusterEnvironment, environ: Mapping[str, str], *, masks: tuple[str, ...] = (),
-                     affinity: str = "warn") -> tuple[dict[str, str], list[str]]:
+def rank_environment(
+    env: ClusterEnvironment,
+    environ: Mapping[str, str],
+    *,
+    masks: tuple[str, ...] = (),
+    affinity: str = "warn",
+) -> tuple[dict[str, str], list[str]]:
     """The script's environment (``environ`` plus `torch_variables`) and the warnings to print first.
 
     Raises ExatrainError for what cannot work: a master address other nodes cannot reach, a GLOO_SOCKET_IFNAME

@@ -41,8 +41,10 @@ import sys
 from exatrain.launch import lines
 from exatrain.slurm.rank_command import LABEL_OPTION, MASK_OPTIONS
 
-_USAGE = ("usage: python -m exatrain.launch.script_runner [--gpu-cpu-masks=M,... | --cpu-masks=M,...] "
-          "SCRIPT.py [ARGS...] | -m MODULE [ARGS...]")
+_USAGE = (
+    "usage: python -m exatrain.launch.script_runner [--gpu-cpu-masks=M,... | --cpu-masks=M,...] "
+    "SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
+)
 _HEX = re.compile(r"0[xX][0-9a-fA-F]+")
 
 
@@ -55,14 +57,18 @@ def parse_options(argv: list[str]) -> tuple[tuple[str, ...], bool, list[str]]:
         masks, per_gpu, argv = tuple(value.split(",")), MASK_OPTIONS[option], argv[1:]
         bad = [m for m in masks if not _HEX.fullmatch(m)]
         if bad:
-            raise SystemExit(f"exatrain.launch.script_runner: {option}={value}: {bad[0]!r} is no CPU mask\n"
-                             "HINT: give hexadecimal masks separated by commas, e.g. --cpu-masks=0x1,0x2")
+            raise SystemExit(
+                f"exatrain.launch.script_runner: {option}={value}: {bad[0]!r} is no CPU mask\n"
+                "HINT: give hexadecimal masks separated by commas, e.g. --cpu-masks=0x1,0x2"
+            )
     return masks, per_gpu, argv
 
 
 def bind(masks: tuple[str, ...], per_gpu: bool) -> None:
     """Bind this torchrun worker to its mask; print one line when it cannot be bound (why)."""
-    from exatrain.env import detect_environment  # imported only here: without masks the runner imports nothing more
+    from exatrain.env import (
+        detect_environment,  # imported only here: without masks the runner imports nothing more
+    )
     from exatrain.env.affinity import bind_worker
     from exatrain.errors import ClusterEnvError
 
@@ -106,7 +112,10 @@ def run(argv: list[str]) -> None:
         raise SystemExit(_USAGE)
     try:
         if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file name in argv[0], as python -m does
+            sys.argv = [
+                argv[1],
+                *argv[2:],
+            ]  # run_module puts the module's file name in argv[0], as python -m does
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             path = os.path.abspath(argv[0])  # python SCRIPT names it so in __file__ and tracebacks

@@ -47,7 +47,9 @@ def keep_parts(model: TransformerLM, layers: list[int], embeddings: bool, head: 
     return chunk
 
 
-def split_for_stages(model: TransformerLM, stage_ids: list[int], n_stages: int) -> tuple[TransformerLM, list[TransformerLM]]:
+def split_for_stages(
+    model: TransformerLM, stage_ids: list[int], n_stages: int
+) -> tuple[TransformerLM, list[TransformerLM]]:
     """This rank's part of `model` for pipeline stages `stage_ids` out of `n_stages`.
 
     Returns (rank_model, chunks): one chunk per stage, in the order of `stage_ids`, and the rank model,

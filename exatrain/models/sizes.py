@@ -32,18 +32,24 @@ def model_shape(size: str, n_layers: int = 0, dim: int = 0, n_heads: int = 0) ->
     if size not in SIZES:
         raise ConfigError(f"unknown model size {size!r} (model.size)", "use one of: " + ", ".join(SIZES))
     if n_layers < 0:
-        raise ConfigError(f"model.n_layers must be 0 (the size's depth) or positive, got {n_layers}",
-                          "use e.g. --model.n_layers=4")
+        raise ConfigError(
+            f"model.n_layers must be 0 (the size's depth) or positive, got {n_layers}",
+            "use e.g. --model.n_layers=4",
+        )
     for key, value, example in (("dim", dim, 192), ("n_heads", n_heads, 6)):
         if value < 0:
-            raise ConfigError(f"model.{key} must be 0 (the size's own) or positive, got {value}",
-                              f"use e.g. --model.{key}={example}")
+            raise ConfigError(
+                f"model.{key} must be 0 (the size's own) or positive, got {value}",
+                f"use e.g. --model.{key}={example}",
+            )
     overrides = {k: v for k, v in (("n_layers", n_layers), ("dim", dim), ("n_heads", n_heads)) if v}
     shape = replace(SIZES[size], **overrides)
     if shape.dim % shape.n_heads:
-        raise ConfigError(f"model width {shape.dim} (model.dim) is not divisible by its {shape.n_heads} "
-                          f"attention heads (model.n_heads; model.size={size!r})",
-                          "pick a head count that divides the width, e.g. --model.dim=192 --model.n_heads=6")
+        raise ConfigError(
+            f"model width {shape.dim} (model.dim) is not divisible by its {shape.n_heads} "
+            f"attention heads (model.n_heads; model.size={size!r})",
+            "pick a head count that divides the width, e.g. --model.dim=192 --model.n_heads=6",
+        )
     return shape
 
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
-    ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
 )
 
 
@@ -38,8 +41,14 @@ def block_tp_plan(sequence_parallel: bool) -> dict:
     if sequence_parallel:
         # norms work on sequence shards; attention and MLP gather the full sequence first
         gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        plan.update({"attention_norm": SequenceParallel(), "attention": gather,
-                     "ffn_norm": SequenceParallel(), "ffn": gather})
+        plan.update(
+            {
+                "attention_norm": SequenceParallel(),
+                "attention": gather,
+                "ffn_norm": SequenceParallel(),
+                "ffn": gather,
+            }
+        )
     return plan
 
 
@@ -54,7 +63,9 @@ def outer_tp_plan(sequence_parallel: bool, loss_parallel: bool) -> dict:
         # rows of the table split across ranks; each rank looks up its rows, partial sums are reduced
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=residual),
         # positions (T,) -> (T, D): with sequence parallel, sharded along T (dim 0) to add onto (B, T/tp, D)
-        "pos_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0) if sequence_parallel else Replicate()),
+        "pos_embeddings": RowwiseParallel(
+            input_layouts=Replicate(), output_layouts=Shard(0) if sequence_parallel else Replicate()
+        ),
         "output": ColwiseParallel(
             input_layouts=residual,
             # loss parallel: keep logits sharded along the vocabulary; cross_entropy under
@@ -73,5 +84,7 @@ def tp_plan(block_names, sequence_parallel: bool = False, loss_parallel: bool = 
     `block_names` (keys of `model.layers`); `apply_tp` skips entries for modules a stage lacks."""
     plan = outer_tp_plan(sequence_parallel, loss_parallel)
     for name in block_names:
-        plan.update({f"layers.{name}.{path}": style for path, style in block_tp_plan(sequence_parallel).items()})
+        plan.update(
+            {f"layers.{name}.{path}": style for path, style in block_tp_plan(sequence_parallel).items()}
+        )
     return plan

@@ -130,6 +130,8 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
-def build_model(size: str, vocab_size: int, max_seq_len: int, dropout: float = 0.0, n_layers: int = 0) -> TransformerLM:
+def build_model(
+    size: str, vocab_size: int, max_seq_len: int, dropout: float = 0.0, n_layers: int = 0
+) -> TransformerLM:
     """The reference model of a named size (optionally another depth) for a vocabulary and context length."""
     return TransformerLM(model_shape(size, n_layers), vocab_size, max_seq_len, dropout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 
-DIGEST_MOD = 2 ** 32
+DIGEST_MOD = 2**32
 
 
 def samples_digest(batches) -> int:

@@ -12,11 +12,24 @@ from collections.abc import Callable
 
 # dense (no sparsity) bf16 peak FLOP/s per device as torch names it, most specific first (vendor data sheets)
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    ("GH200", 989e12), ("H200", 989e12), ("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("A40", 150e12),
-    ("A10", 125e12), ("V100", 125e12),  # V100: fp16 tensor cores (no bf16)
-    ("MI300X", 1307e12), ("MI300A", 981e12), ("MI250X", 191.5e12), ("MI250", 181e12),  # MI250(X): per GCD
-    ("MI210", 181e12), ("MI100", 92.3e12),
+    ("GH200", 989e12),
+    ("H200", 989e12),
+    ("H100 NVL", 835e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("A40", 150e12),
+    ("A10", 125e12),
+    ("V100", 125e12),  # V100: fp16 tensor cores (no bf16)
+    ("MI300X", 1307e12),
+    ("MI300A", 981e12),
+    ("MI250X", 191.5e12),
+    ("MI250", 181e12),  # MI250(X): per GCD
+    ("MI210", 181e12),
+    ("MI100", 92.3e12),
 )
 
 

@@ -22,8 +22,16 @@ from pathlib import Path
 
 NVIDIA_SMI_QUERY = "index,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 NVIDIA_SMI_ARGS = ["--query-gpu=" + NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"]
-ROCM_SMI_ARGS = ["--showuse", "--showmemuse", "--showmeminfo", "vram", "--showpower", "--showtemp",
-                 "--showproductname", "--json"]
+ROCM_SMI_ARGS = [
+    "--showuse",
+    "--showmemuse",
+    "--showmeminfo",
+    "vram",
+    "--showpower",
+    "--showtemp",
+    "--showproductname",
+    "--json",
+]
 
 
 def _number(text) -> float | None:
@@ -41,8 +49,17 @@ def parse_nvidia_smi(text: str) -> list[dict]:
         if len(fields) != 7:
             continue
         index, name, util, used, total, power, temp = fields
-        gpus.append({"index": int(index), "name": name, "util_pct": _number(util), "mem_used_mib": _number(used),
-                     "mem_total_mib": _number(total), "power_w": _number(power), "temp_c": _number(temp)})
+        gpus.append(
+            {
+                "index": int(index),
+                "name": name,
+                "util_pct": _number(util),
+                "mem_used_mib": _number(used),
+                "mem_total_mib": _number(total),
+                "power_w": _number(power),
+                "temp_c": _number(temp),
+            }
+        )
     return gpus
 
 
@@ -53,16 +70,29 @@ def parse_rocm_smi(text: str) -> list[dict]:
     for card, values in sorted(data.items()):
         if not card.startswith("card"):
             continue
-        def pick(*words, without=None):
-            return next((v for k, v in values.items()
-                         if all(w in k.lower() for w in words) and not (without and without in k.lower())), None)
+
+        def pick(*words, without=None, values=values):
+            return next(
+                (
+                    v
+                    for k, v in values.items()
+                    if all(w in k.lower() for w in words) and not (without and without in k.lower())
+                ),
+                None,
+            )
+
         used, total = _number(pick("vram", "used")), _number(pick("vram", "total", without="used"))
-        gpus.append({"index": int(card.removeprefix("card")), "name": pick("card series") or pick("product") or "",
-                     "util_pct": _number(pick("gpu use")),
-                     "mem_used_mib": used / 2**20 if used is not None else None,
-                     "mem_total_mib": total / 2**20 if total is not None else None,
-                     "power_w": _number(pick("power")), "temp_c": _number(pick("temperature", "junction")
-                                                                          or pick("temperature"))})
+        gpus.append(
+            {
+                "index": int(card.removeprefix("card")),
+                "name": pick("card series") or pick("product") or "",
+                "util_pct": _number(pick("gpu use")),
+                "mem_used_mib": used / 2**20 if used is not None else None,
+                "mem_total_mib": total / 2**20 if total is not None else None,
+                "power_w": _number(pick("power")),
+                "temp_c": _number(pick("temperature", "junction") or pick("temperature")),
+            }
+        )
     return gpus
 
 
@@ -79,11 +109,17 @@ def _read_pynvml() -> list[dict] | None:
     for i in range(pynvml.nvmlDeviceGetCount()):
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        gpus.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
-                     "util_pct": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
-                     "mem_used_mib": mem.used / 2**20, "mem_total_mib": mem.total / 2**20,
-                     "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                     "temp_c": float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))})
+        gpus.append(
+            {
+                "index": i,
+                "name": pynvml.nvmlDeviceGetName(h),
+                "util_pct": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                "mem_used_mib": mem.used / 2**20,
+                "mem_total_mib": mem.total / 2**20,
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                "temp_c": float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+            }
+        )
     return gpus
 
 
@@ -126,12 +162,22 @@ def _amd_gpu(amdsmi, index: int, handle) -> dict:
     in C. Readings a GPU does not support come back as "N/A" (or raise): None."""
     vram = amdsmi.amdsmi_get_gpu_vram_usage(handle)
     power = _optional(lambda: amdsmi.amdsmi_get_power_info(handle)) or {}
-    temp = _optional(lambda: amdsmi.amdsmi_get_temp_metric(handle, amdsmi.AmdSmiTemperatureType.HOTSPOT,
-                                                            amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    temp = _optional(
+        lambda: amdsmi.amdsmi_get_temp_metric(
+            handle, amdsmi.AmdSmiTemperatureType.HOTSPOT, amdsmi.AmdSmiTemperatureMetric.CURRENT
+        )
+    )
     name = _optional(lambda: amdsmi.amdsmi_get_gpu_asic_info(handle)["market_name"])
     util = amdsmi.amdsmi_get_gpu_activity(handle)["gfx_activity"]
-    return {"index": index, "name": name or "", "util_pct": _number(util), "mem_used_mib": _number(vram["vram_used"]),
-            "mem_total_mib": _number(vram["vram_total"]), "power_w": _amd_watts(power), "temp_c": _number(temp)}
+    return {
+        "index": index,
+        "name": name or "",
+        "util_pct": _number(util),
+        "mem_used_mib": _number(vram["vram_used"]),
+        "mem_total_mib": _number(vram["vram_total"]),
+        "power_w": _amd_watts(power),
+        "temp_c": _number(temp),
+    }
 
 
 def _amd_watts(power: dict) -> float | None:
@@ -164,10 +210,12 @@ def _read_tool(tool: str, args: list[str], parse) -> list[dict] | None:
 
 def read_gpus() -> tuple[str, list[dict]]:
     """(source, GPUs) from the first reader that works; ("none", []) without GPUs or tools."""
-    readers = (("nvidia-ml-py", _read_pynvml),
-               ("amdsmi", _read_amdsmi),
-               ("nvidia-smi", lambda: _read_tool("nvidia-smi", NVIDIA_SMI_ARGS, parse_nvidia_smi)),
-               ("rocm-smi", lambda: _read_tool("rocm-smi", ROCM_SMI_ARGS, parse_rocm_smi)))
+    readers = (
+        ("nvidia-ml-py", _read_pynvml),
+        ("amdsmi", _read_amdsmi),
+        ("nvidia-smi", lambda: _read_tool("nvidia-smi", NVIDIA_SMI_ARGS, parse_nvidia_smi)),
+        ("rocm-smi", lambda: _read_tool("rocm-smi", ROCM_SMI_ARGS, parse_rocm_smi)),
+    )
     for source, read in readers:
         gpus = read()
         if gpus:
@@ -200,7 +248,10 @@ class GpuMonitor:
                 return  # no GPU or no tool: nothing to monitor
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as f:
-                f.write(json.dumps({"time": time.time(), "host": self.host, "source": source, "gpus": gpus}) + "\n")
+                f.write(
+                    json.dumps({"time": time.time(), "host": self.host, "source": source, "gpus": gpus})
+                    + "\n"
+                )
             if self._stop.wait(self.interval_s):
                 return
 
@@ -232,7 +283,9 @@ def summarize(path: str | Path) -> list[str]:
         power = _mean([g["power_w"] for g in gs])
         busy = f"{util:.0f} % busy on average" if util is not None else "utilisation unknown"
         watts = f", {power:.0f} W on average" if power is not None else ""
-        lines.append(f"GPU {index} on {host}: {busy} over {len(gs)} samples (peak memory {mem:.1f} GiB{watts})")
+        lines.append(
+            f"GPU {index} on {host}: {busy} over {len(gs)} samples (peak memory {mem:.1f} GiB{watts})"
+        )
     return lines
 
 

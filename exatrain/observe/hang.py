@@ -39,8 +39,18 @@ DECLARED = "declared"
 class HangWatcher:
     """The watcher thread of one rank (see the module docstring)."""
 
-    def __init__(self, run_dir, rank: int, world_size: int, timeout_s: float, *, host: str, attempt: int = 0,
-                 end_time: float | None = None, exit_process: bool = True):
+    def __init__(
+        self,
+        run_dir,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        *,
+        host: str,
+        attempt: int = 0,
+        end_time: float | None = None,
+        exit_process: bool = True,
+    ):
         self.timeout_s = check_hang_timeout(timeout_s, "hang timeout")
         self.rank, self.world_size, self.host, self.pid = rank, world_size, host, os.getpid()
         self.run_dir = Path(run_dir)
@@ -79,9 +89,11 @@ class HangWatcher:
 
     def _check_time_limit(self) -> None:
         if self.end_time is not None and time.time() + self.timeout_s > self.end_time:
-            _say(f"WARNING: hang timeout {self.timeout_s:g} s is longer than the {self.end_time - time.time():.0f} s "
-                 "left of this SLURM job: a hang would burn the rest of the allocation undetected\n"
-                 "HINT: choose a hang timeout well below the job's time limit (e.g. 300 s)")
+            _say(
+                f"WARNING: hang timeout {self.timeout_s:g} s is longer than the {self.end_time - time.time():.0f} s "
+                "left of this SLURM job: a hang would burn the rest of the allocation undetected\n"
+                "HINT: choose a hang timeout well below the job's time limit (e.g. 300 s)"
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -89,8 +101,10 @@ class HangWatcher:
                 self._beat()
             except OSError as e:  # a full or vanished run directory: say so once, keep watching
                 if not self._beat_failed:
-                    _say(f"WARNING: the hang watcher cannot write its heartbeat ({e}); other ranks will take "
-                         f"rank {self.rank} for stopped\nHINT: check that {self.dir} is writable")
+                    _say(
+                        f"WARNING: the hang watcher cannot write its heartbeat ({e}); other ranks will take "
+                        f"rank {self.rank} for stopped\nHINT: check that {self.dir} is writable"
+                    )
                 self._beat_failed = True
             self._check_step_time()
             if self._stalled() or self._peer_reported():
@@ -99,10 +113,20 @@ class HangWatcher:
 
     def _beat(self) -> None:
         p = heartbeat.PROGRESS
-        _write_json(self._path("beat"), {"rank": self.rank, "host": self.host, "pid": self.pid,
-                                         "token": self.token, "step": p.step, "batches": p.batches,
-                                         "phase": p.phase, "idle_s": time.monotonic() - p.since,
-                                         "written": time.time()})
+        _write_json(
+            self._path("beat"),
+            {
+                "rank": self.rank,
+                "host": self.host,
+                "pid": self.pid,
+                "token": self.token,
+                "step": p.step,
+                "batches": p.batches,
+                "phase": p.phase,
+                "idle_s": time.monotonic() - p.since,
+                "written": time.time(),
+            },
+        )
 
     def _check_step_time(self) -> None:
         step_s = heartbeat.measured_step_s()
@@ -110,9 +134,11 @@ class HangWatcher:
             return
         self._warned = True
         if self.timeout_s < 3 * step_s:
-            _say(f"WARNING: hang timeout {self.timeout_s:g} s is less than 3 measured steps ({step_s:.2f} s each): "
-                 "a slow step (an evaluation, a checkpoint) would be taken for a hang\n"
-                 f"HINT: raise the hang timeout to at least {max(10 * step_s, 60):.0f} s")
+            _say(
+                f"WARNING: hang timeout {self.timeout_s:g} s is less than 3 measured steps ({step_s:.2f} s each): "
+                "a slow step (an evaluation, a checkpoint) would be taken for a hang\n"
+                f"HINT: raise the hang timeout to at least {max(10 * step_s, 60):.0f} s"
+            )
 
     def _stalled(self) -> bool:
         p = heartbeat.PROGRESS
@@ -136,7 +162,9 @@ class HangWatcher:
             else:
                 self._await_diagnosis()
         except Exception as e:
-            _say(f"rank {self.rank} is hung (no progress for over {self.timeout_s:g} s) but its dump failed: {e!r}")
+            _say(
+                f"rank {self.rank} is hung (no progress for over {self.timeout_s:g} s) but its dump failed: {e!r}"
+            )
         if self.exit_process:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -149,11 +177,21 @@ class HangWatcher:
         frame = sys._current_frames().get(threading.main_thread().ident)
         stack = reversed(traceback.extract_stack(frame)) if frame else []
         frames = [(fs.filename, fs.lineno, fs.name) for fs in stack]
-        _write_json(self._path("report"), {
-            "rank": self.rank, "host": self.host, "pid": self.pid, "token": self.token, "step": p.step,
-            "batches": p.batches,
-            "phase": p.phase, "stalled_s": time.monotonic() - p.since, "where": where(stall_frame(frames)),
-            "collective": _collective_state(self._path("fr"))})
+        _write_json(
+            self._path("report"),
+            {
+                "rank": self.rank,
+                "host": self.host,
+                "pid": self.pid,
+                "token": self.token,
+                "step": p.step,
+                "batches": p.batches,
+                "phase": p.phase,
+                "stalled_s": time.monotonic() - p.since,
+                "where": where(stall_frame(frames)),
+                "collective": _collective_state(self._path("fr")),
+            },
+        )
         (self.dir / DECLARED).write_text(self.token)
 
     def _gather(self) -> tuple[dict[int, dict], dict[int, dict]]:
@@ -181,7 +219,8 @@ class HangWatcher:
         self.diagnosis = diagnose(reports, stopped, self.world_size, self.timeout_s) + (
             f" Every rank's stacks: {self.dir}/stacks-rank-N.txt; this text: "
             f"{self.run_dir / 'hang' / 'diagnosis.txt'}. The ranks exit with code {EXIT_HANG}: the launcher "
-            "stops the job (or restarts it, with restarts allowed).")
+            "stops the job (or restarts it, with restarts allowed)."
+        )
         for path in (self.dir / "diagnosis.txt", self.run_dir / "hang" / "diagnosis.txt"):
             path.write_text(self.diagnosis + "\n")
         _say(self.diagnosis)
@@ -206,9 +245,16 @@ def _collective_state(dump_path: Path) -> dict | None:
         data = json.loads(raw)
         status = data["pg_status"][min(data["pg_status"], key=int)]
         enqueued = int(status["last_enqueued_collective"])
-        ops = [e for e in data.get("entries", []) if e.get("collective_seq_id") == enqueued and not e.get("is_p2p")]
-        return {"op": ops[-1]["profiling_name"] if ops else "a collective", "enqueued": enqueued,
-                "completed": int(status["last_completed_collective"])}
+        ops = [
+            e
+            for e in data.get("entries", [])
+            if e.get("collective_seq_id") == enqueued and not e.get("is_p2p")
+        ]
+        return {
+            "op": ops[-1]["profiling_name"] if ops else "a collective",
+            "enqueued": enqueued,
+            "completed": int(status["last_completed_collective"]),
+        }
     except Exception:  # an older torch, or a backend without a recorder: the report says less, nothing fails
         return None
 
@@ -236,8 +282,12 @@ def _pyspy_where(pid: int, out: Path) -> str | None:
     if exe is None:
         return None
     try:
-        run = subprocess.run([exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
-                             capture_output=True, text=True, timeout=20)
+        run = subprocess.run(
+            [exe, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     out.write_text(run.stdout + run.stderr)
@@ -262,13 +312,22 @@ def _say(text: str) -> None:
     print(f"exatrain: {text}" if not text.startswith("exatrain:") else text, file=sys.stderr, flush=True)
 
 
-def start_watcher(run_dir, rank: int, world_size: int, timeout_s: float, *, host: str, attempt: int = 0,
-                  end_time: float | None = None) -> HangWatcher:
+def start_watcher(
+    run_dir,
+    rank: int,
+    world_size: int,
+    timeout_s: float,
+    *,
+    host: str,
+    attempt: int = 0,
+    end_time: float | None = None,
+) -> HangWatcher:
     """Start this process's watcher (or return the one running: one per process, like its heartbeat)."""
     global _active
     if _active is None:
-        _active = HangWatcher(run_dir, rank, world_size, timeout_s, host=host, attempt=attempt,
-                              end_time=end_time).start()
+        _active = HangWatcher(
+            run_dir, rank, world_size, timeout_s, host=host, attempt=attempt, end_time=end_time
+        ).start()
     return _active
 
 
@@ -287,8 +346,15 @@ def watch_hangs(ctx, run_dir, timeout_s: float) -> HangWatcher:
     from exatrain.env.watch import job_end_time
 
     env = ctx.env
-    return start_watcher(run_dir, ctx.rank, ctx.world_size, timeout_s, host=env.hostname,
-                         attempt=env.restart_count, end_time=job_end_time())
+    return start_watcher(
+        run_dir,
+        ctx.rank,
+        ctx.world_size,
+        timeout_s,
+        host=env.hostname,
+        attempt=env.restart_count,
+        end_time=job_end_time(),
+    )
 
 
 def arm_from_environment() -> None:
@@ -297,5 +363,12 @@ def arm_from_environment() -> None:
 
     req = hang_request()
     if req is not None and _active is None:
-        start_watcher(req.run_dir, req.rank, req.world_size, req.timeout_s, host=req.host, attempt=req.attempt,
-                      end_time=job_end_time())
+        start_watcher(
+            req.run_dir,
+            req.rank,
+            req.world_size,
+            req.timeout_s,
+            host=req.host,
+            attempt=req.attempt,
+            end_time=job_end_time(),
+        )

@@ -13,7 +13,9 @@ import re
 import sysconfig
 from pathlib import Path
 
-_LIBRARY_DIRS = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib")})
+_LIBRARY_DIRS = tuple(
+    {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib")}
+)
 _EXATRAIN_DIR = str(Path(__file__).resolve().parents[1])
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
 
@@ -87,8 +89,10 @@ def diagnose(reports: dict[int, dict], stopped: dict[int, dict], world_size: int
     others = [r for r in waiting if r not in culprits]
     text = "; ".join(parts)
     if others and newest:
-        text += (f"; rank(s) {_ranks(others)} wait in {newest['op']} #{newest['enqueued']}, which rank(s) "
-                 f"{_ranks(culprits)} never entered")
+        text += (
+            f"; rank(s) {_ranks(others)} wait in {newest['op']} #{newest['enqueued']}, which rank(s) "
+            f"{_ranks(culprits)} never entered"
+        )
     silent = set(range(world_size)) - set(reports) - set(stopped)
     if silent:
         text += f"; no report from rank(s) {_ranks(silent)}"
@@ -111,7 +115,11 @@ def _describe(rank: int, rep: dict, stopped: bool) -> str:
     at = f"step {rep['step']}" if rep["step"] or not rep.get("batches") else f"batch {rep['batches']}"
     place = rep.get("where") or "an unknown place"
     if stopped:
-        return (f"{who} stopped beating {rep.get('silent_s', 0):.0f} s ago (a stopped process, e.g. SIGSTOP, or one "
-                f"stuck holding Python's lock, whose last heartbeat file said {at}, phase {rep['phase']}) and stands at "
-                f"{place}")
-    return f"{who} has made no progress for {rep['stalled_s']:.0f} s at {at} in phase {rep['phase']} at {place}"
+        return (
+            f"{who} stopped beating {rep.get('silent_s', 0):.0f} s ago (a stopped process, e.g. SIGSTOP, or one "
+            f"stuck holding Python's lock, whose last heartbeat file said {at}, phase {rep['phase']}) and stands at "
+            f"{place}"
+        )
+    return (
+        f"{who} has made no progress for {rep['stalled_s']:.0f} s at {at} in phase {rep['phase']} at {place}"
+    )

@@ -21,7 +21,9 @@ class Progress:
 
     def __init__(self) -> None:
         self.step, self.batches, self.phase, self.since, self.marks = 0, 0, "start", time.monotonic(), 0
-        self.step_times: list[float] = []  # monotonic time of the first few step marks (the measured step time)
+        self.step_times: list[
+            float
+        ] = []  # monotonic time of the first few step marks (the measured step time)
 
 
 #: the process's record (see the module docstring for why there is one)

@@ -28,8 +28,10 @@ def parse_ranks(spec: str, world_size: int) -> frozenset[int]:
     for item in (s.strip() for s in spec.split(",")):
         r = world_size - 1 if item == "last" else _int(item, spec)
         if not 0 <= r < world_size:
-            raise ConfigError(f"profiler.ranks={spec!r}: rank {r} does not exist in a job of {world_size} rank(s)",
-                              f"choose ranks from 0 to {world_size - 1} (or 'last')")
+            raise ConfigError(
+                f"profiler.ranks={spec!r}: rank {r} does not exist in a job of {world_size} rank(s)",
+                f"choose ranks from 0 to {world_size - 1} (or 'last')",
+            )
         ranks.add(r)
     return frozenset(ranks)
 
@@ -40,7 +42,9 @@ def parse_steps(spec: str) -> tuple[int, int]:
     a = _positive_int(first, spec, key="profiler.steps")
     b = _positive_int(last, spec, key="profiler.steps") if last else a
     if b < a:
-        raise ConfigError(f"profiler.steps={spec!r}: the last step is before the first", "write it as FIRST-LAST, e.g. 3-4")
+        raise ConfigError(
+            f"profiler.steps={spec!r}: the last step is before the first", "write it as FIRST-LAST, e.g. 3-4"
+        )
     return a, b
 
 
@@ -48,14 +52,18 @@ def _int(text: str, spec: str, key: str = "profiler.ranks") -> int:
     try:
         return int(text)
     except ValueError:
-        raise ConfigError(f"{key}={spec!r}: {text!r} is not a number",
-                          "use e.g. --profiler.ranks=0,last or every:4 or all; --profiler.steps=3-4") from None
+        raise ConfigError(
+            f"{key}={spec!r}: {text!r} is not a number",
+            "use e.g. --profiler.ranks=0,last or every:4 or all; --profiler.steps=3-4",
+        ) from None
 
 
 def _positive_int(text: str, spec: str, key: str = "profiler.ranks") -> int:
     n = _int(text, spec, key)
     if n < 1:
-        raise ConfigError(f"{key}={spec!r}: {n} must be at least 1", "steps are 1-based; every:K needs K >= 1")
+        raise ConfigError(
+            f"{key}={spec!r}: {n} must be at least 1", "steps are 1-based; every:K needs K >= 1"
+        )
     return n
 
 
@@ -63,8 +71,16 @@ class StepProfiler:
     """Records steps `steps` on this rank if `ranks` chooses it: call begin(n) before step n runs and
     end(n) after it (n 1-based), close() at the end of training (stops a recording still running)."""
 
-    def __init__(self, ranks: str, steps: str, rank: int, world_size: int, run_dir: str | Path,
-                 device_type: str = "cpu", memory_snapshot: bool = False):
+    def __init__(
+        self,
+        ranks: str,
+        steps: str,
+        rank: int,
+        world_size: int,
+        run_dir: str | Path,
+        device_type: str = "cpu",
+        memory_snapshot: bool = False,
+    ):
         self.enabled = rank in parse_ranks(ranks, world_size)
         self.first, self.last = parse_steps(steps)
         self.rank, self.device_type = rank, device_type
@@ -97,7 +113,9 @@ class StepProfiler:
 
     def trace_path(self) -> Path:
         """Rank-unique trace file name (rank, host, steps)."""
-        return self.dir / f"trace-rank{self.rank:05d}-{socket.gethostname()}-steps{self.first}-{self.last}.json"
+        return (
+            self.dir / f"trace-rank{self.rank:05d}-{socket.gethostname()}-steps{self.first}-{self.last}.json"
+        )
 
     def _stop(self) -> Path:
         import torch

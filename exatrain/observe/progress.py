@@ -26,8 +26,12 @@ class Progress:
         self.bar: RichProgress | None = None
         if self.enabled and stream.isatty():
             self.bar = RichProgress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=self.console,
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeRemainingColumn(),
+                console=self.console,
             )
             self.task = self.bar.add_task("train", total=total_steps, status="")
             self.bar.start()
@@ -66,7 +70,9 @@ class ProgressReporter(Progress):
     def __init__(self, total_steps: int, enabled: bool, log_every: int, stream=None):
         super().__init__(total_steps, enabled, log_every, stream)
 
-    def step(self, step: int, loss: float, lr: float, tokens_per_s: float, record: dict | None = None) -> None:
+    def step(
+        self, step: int, loss: float, lr: float, tokens_per_s: float, record: dict | None = None
+    ) -> None:
         """Show one optimizer step (every step on the bar, every `log_every` steps as a line); with a
         StepMetrics `record`, also MFU (when known), the step-time breakdown and the rank skew."""
         text = f"loss {loss:.4f} | lr {lr:.2e} | {tokens_per_s:,.0f} tok/s"
@@ -77,9 +83,11 @@ def breakdown(r: dict) -> str:
     """' | MFU 41.0% | step 0.48 s = data 0.00 + fwd/bwd 0.42 + opt 0.01 + ckpt 0.00 | skew 0.005 s (rank 1)'."""
     mfu = f" | MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
     mem = f" | peak {r['peak_mem_gib']:.1f} GiB" if r.get("peak_mem_gib") is not None else ""
-    return (f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
-            f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
-            f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r))
+    return (
+        f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
+        f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
+        f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r)
+    )
 
 
 #: a straggler slows the job's steps by this factor or more before the progress line names it

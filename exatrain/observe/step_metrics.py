@@ -51,8 +51,16 @@ class StepMetrics:
     reduce over (default: all). `start_step`: optimizer steps done before (a resumed run).
     """
 
-    def __init__(self, log_every: int = 10, device=None, flops_per_token: float | None = None,
-                 peak_flops: float | None = None, last_step: int | None = None, group=None, start_step: int = 0):
+    def __init__(
+        self,
+        log_every: int = 10,
+        device=None,
+        flops_per_token: float | None = None,
+        peak_flops: float | None = None,
+        last_step: int | None = None,
+        group=None,
+        start_step: int = 0,
+    ):
         if log_every < 1:
             raise ValueError(f"log_every={log_every}: must be >= 1")
         self.log_every, self.last_step, self.group = log_every, last_step, group
@@ -145,7 +153,14 @@ class StepMetrics:
                 phases[name] += start.elapsed_time(end) / 1000.0
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else -1.0
         window_s = time.perf_counter() - self._window_start
-        host = [float(self._loss_count), self._tokens, self._samples, sum(phases.values()), float(peak), window_s]
+        host = [
+            float(self._loss_count),
+            self._tokens,
+            self._samples,
+            sum(phases.values()),
+            float(peak),
+            window_s,
+        ]
         host += [phases[p] for p in PHASES]
         host_t = torch.tensor(host, dtype=torch.float64, device=self.device)
         return torch.cat([self._loss_sum.reshape(1), host_t])
@@ -190,9 +205,18 @@ class StepMetrics:
             best = max(best, (times[rank] - median, rank, phase), key=lambda b: b[0])
         excess, rank, phase = best
         if rank is None:
-            return {"straggler_rank": None, "straggler_phase": None, "straggler_excess_s": 0.0, "straggler_ratio": 1.0}
-        return {"straggler_rank": _global_rank(rank, self.group), "straggler_phase": phase,
-                "straggler_excess_s": excess, "straggler_ratio": step_s / max(step_s - excess, 1e-9)}
+            return {
+                "straggler_rank": None,
+                "straggler_phase": None,
+                "straggler_excess_s": 0.0,
+                "straggler_ratio": 1.0,
+            }
+        return {
+            "straggler_rank": _global_rank(rank, self.group),
+            "straggler_phase": phase,
+            "straggler_excess_s": excess,
+            "straggler_ratio": step_s / max(step_s - excess, 1e-9),
+        }
 
     def _mfu(self, tokens_per_s: float, ranks: int) -> float | None:
         if not self.flops_per_token or not self.peak_flops:

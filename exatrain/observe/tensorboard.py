@@ -25,9 +25,11 @@ def wants_tensorboard(setting: str) -> bool:
     if setting == "off":
         return False
     if setting == "on" and not tensorboard_available():
-        raise ExatrainError("observe.tensorboard = on, but the tensorboard package is not installed",
-                            "pip install tensorboard (a dependency of exatrain: `pip install exatrain` installs it; "
-                            "or set observe.tensorboard = auto)")
+        raise ExatrainError(
+            "observe.tensorboard = on, but the tensorboard package is not installed",
+            "pip install tensorboard (a dependency of exatrain: `pip install exatrain` installs it; "
+            "or set observe.tensorboard = auto)",
+        )
     return tensorboard_available()
 
 

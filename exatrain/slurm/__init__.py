@@ -8,9 +8,14 @@ so `exatrain sbatch` pays only for the modules it needs.
 from exatrain._lazy import lazy_exports
 
 _WHERE = {
-    "CostEstimate": "billing", "estimate_cost": "billing",
-    "BillingRule": "profiles", "SiteProfile": "profiles", "bundled_profiles": "profiles", "load_profile": "profiles",
-    "render_sbatch": "sbatch", "sbatch_flags": "sbatch",
+    "CostEstimate": "billing",
+    "estimate_cost": "billing",
+    "BillingRule": "profiles",
+    "SiteProfile": "profiles",
+    "bundled_profiles": "profiles",
+    "load_profile": "profiles",
+    "render_sbatch": "sbatch",
+    "sbatch_flags": "sbatch",
     "JobSpec": "spec",
 }
 __all__ = sorted(_WHERE)

@@ -37,11 +37,18 @@ def cpu_binding(spec: JobSpec, profile: SiteProfile) -> Binding:
     part = profile.partition_named(partition)
     whole = bool(part and part.whole_nodes)
     if ranks == len(profile.cpu_masks) and (whole or ranks * cpus == profile.usable_cores):
-        return Binding(profile.cpu_masks, "local rank i gets the cores closest to GPU i (mask i of the profile)")
+        return Binding(
+            profile.cpu_masks, "local rank i gets the cores closest to GPU i (mask i of the profile)"
+        )
     if ranks < len(profile.cpu_masks):
         why = f"the job uses {ranks} of the {len(profile.cpu_masks)} GPUs of a node"
     else:
-        why = (f"partition {partition!r} allocates by resources and the job asks for {ranks * cpus} of "
-               f"{profile.usable_cores} usable cores per node")
-    return Binding((), f"no per-GPU masks: {why}, so its step need not hold the cores the profile's masks name; "
-                       "SLURM binds each task to cores of its own allocation (use whole nodes for the masks)")
+        why = (
+            f"partition {partition!r} allocates by resources and the job asks for {ranks * cpus} of "
+            f"{profile.usable_cores} usable cores per node"
+        )
+    return Binding(
+        (),
+        f"no per-GPU masks: {why}, so its step need not hold the cores the profile's masks name; "
+        "SLURM binds each task to cores of its own allocation (use whole nodes for the masks)",
+    )

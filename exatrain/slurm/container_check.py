@@ -17,17 +17,25 @@ def check_job(prepared, run_image: bool = True) -> str:
     spec = prepared.spec
     profile = load_profile(spec.profile)
     check_binds(spec.container_binds)
-    here = tuple(b for b in (*spec.container_binds, *prepared.binds, *profile.container_binds)
-                 if os.path.exists(b.split(":")[0]))  # the profile's node-only paths (slurmd's spool) may be absent here
+    here = tuple(
+        b
+        for b in (*spec.container_binds, *prepared.binds, *profile.container_binds)
+        if os.path.exists(b.split(":")[0])
+    )  # the profile's node-only paths (slurmd's spool) may be absent here
     binds = tuple(dict.fromkeys(here))
     if spec.container_venv and not os.path.isdir(spec.container_venv):
-        raise ExatrainError(f"job.container_venv {spec.container_venv} does not exist",
-                            "create it once through the image: "
-                            + fix_command(profile.container_runtime, spec.container_image, spec.container_venv))
+        raise ExatrainError(
+            f"job.container_venv {spec.container_venv} does not exist",
+            "create it once through the image: "
+            + fix_command(profile.container_runtime, spec.container_image, spec.container_venv),
+        )
     if not run_image:
-        return (f"container: {profile.container_runtime} not found here: the image {spec.container_image} was "
-                "not checked (exatrain submit checks it where the runtime works)")
-    torch_version, version = check_image(profile.container_runtime, spec.container_image, spec.container_start,
-                                         spec.container_venv, binds)
+        return (
+            f"container: {profile.container_runtime} not found here: the image {spec.container_image} was "
+            "not checked (exatrain submit checks it where the runtime works)"
+        )
+    torch_version, version = check_image(
+        profile.container_runtime, spec.container_image, spec.container_start, spec.container_venv, binds
+    )
     venv = f" (venv {spec.container_venv})" if spec.container_venv else ""
     return f"container: {spec.container_image}: torch {torch_version}, exatrain {version}{venv}"

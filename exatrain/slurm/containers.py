@@ -20,8 +20,13 @@ def rank_paths(cfg: Config, run_dir: Path, cwd: Path) -> tuple[str, ...]:
     resolve against it), and data, cache, checkpoint and profile paths. A path that does not exist yet
     (a cache created by the ranks) is bound through its nearest existing ancestor."""
     paths = {run_dir.parent, cwd}
-    for value in (cfg.data.path, cfg.data.cache_dir, cfg.checkpoint.init_from, _resume_path(cfg.checkpoint.resume),
-                  cfg.job.container_venv):
+    for value in (
+        cfg.data.path,
+        cfg.data.cache_dir,
+        cfg.checkpoint.init_from,
+        _resume_path(cfg.checkpoint.resume),
+        cfg.job.container_venv,
+    ):
         if value:
             paths |= both_names(cwd / value)
     if is_profile_path(cfg.job.profile):

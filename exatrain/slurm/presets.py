@@ -66,11 +66,13 @@ def network_flag(env: dict[str, str], extra_sbatch: tuple[str, ...]) -> str:
         return f"{NETWORK_FLAG}={DISABLE_RDZV_GET}"
     if any(DISABLE_RDZV_GET in f.split("=", 1)[-1].split(",") for f in own):
         return ""
-    raise ConfigError(f"job.extra_sbatch entry {own[0]!r} drops the {NETWORK_FLAG}={DISABLE_RDZV_GET} that "
-                      f"{ALT_READ[0]}={ALT_READ[1]} needs (libfabric's CXI provider requires rendezvous GET "
-                      "disabled for the job)",
-                      f"add it to your value: {own[0]},{DISABLE_RDZV_GET}; or set job.env "
-                      f"{ALT_READ[0]} = \"default\" to use the default protocol")
+    raise ConfigError(
+        f"job.extra_sbatch entry {own[0]!r} drops the {NETWORK_FLAG}={DISABLE_RDZV_GET} that "
+        f"{ALT_READ[0]}={ALT_READ[1]} needs (libfabric's CXI provider requires rendezvous GET "
+        "disabled for the job)",
+        f"add it to your value: {own[0]},{DISABLE_RDZV_GET}; or set job.env "
+        f'{ALT_READ[0]} = "default" to use the default protocol',
+    )
 
 
 def parse_presets(data: Any, source: str, env_table) -> tuple[Preset, ...]:
@@ -78,25 +80,33 @@ def parse_presets(data: Any, source: str, env_table) -> tuple[Preset, ...]:
     if data is None:
         return ()
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
-        raise ConfigError(f"{source}: presets must be a list of [[presets]] tables",
-                          'write [[presets]] tables with name, images = ["pattern", ...] and [presets.env]')
+        raise ConfigError(
+            f"{source}: presets must be a list of [[presets]] tables",
+            'write [[presets]] tables with name, images = ["pattern", ...] and [presets.env]',
+        )
     return tuple(_preset(t, f"{source} [[presets]] #{i + 1}", env_table) for i, t in enumerate(data))
 
 
 def _preset(table: dict[str, Any], where: str, env_table) -> Preset:
     unknown = sorted(set(table) - set(_PRESET_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}",
-                          f"valid keys: {', '.join(_PRESET_KEYS)}")
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}",
+            f"valid keys: {', '.join(_PRESET_KEYS)}",
+        )
     name, images = table.get("name"), table.get("images")
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: name must be a non-empty string", 'name the container generation, e.g. '
-                          'name = "LUMI AI Factory images, ROCm 7"')
+        raise ConfigError(
+            f"{where}: name must be a non-empty string",
+            'name the container generation, e.g. name = "LUMI AI Factory images, ROCm 7"',
+        )
     if not isinstance(images, list) or not images or not all(isinstance(p, str) for p in images):
-        raise ConfigError(f"{where} ({name}): images must be a non-empty list of patterns, got {images!r}",
-                          'list shell-style patterns of image paths, e.g. '
-                          'images = ["/appl/local/laifs/containers/*"]'
-                          '; "" stands for a job without a container, "*" for any image')
+        raise ConfigError(
+            f"{where} ({name}): images must be a non-empty list of patterns, got {images!r}",
+            "list shell-style patterns of image paths, e.g. "
+            'images = ["/appl/local/laifs/containers/*"]'
+            '; "" stands for a job without a container, "*" for any image',
+        )
     source = table.get("source", "")
     if not isinstance(source, str):
         raise ConfigError(f"{where}: source must be a string", "write where the settings come from (a URL)")
@@ -110,6 +120,8 @@ def check_single_node_safe(env: tuple[tuple[str, str], ...], where: str) -> None
     and RCCL/NCCL stop with "network not found"."""
     for name in _MULTI_NODE_ONLY:
         if name in dict(env):
-            raise ConfigError(f"{where} sets {name}, which would also be exported in one-node jobs",
-                              f"move {name} to [multi_node_env]: exatrain exports it only where a job has "
-                              "more than one node (one node never initialises the network plugin)")
+            raise ConfigError(
+                f"{where} sets {name}, which would also be exported in one-node jobs",
+                f"move {name} to [multi_node_env]: exatrain exports it only where a job has "
+                "more than one node (one node never initialises the network plugin)",
+            )

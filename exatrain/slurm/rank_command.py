@@ -14,7 +14,10 @@ from exatrain.errors import ConfigError
 _PYTHON = re.compile(r"python[0-9.]*")
 SCRIPT_RUNNER = "exatrain.launch.script_runner"  # how exatrain starts a Python script in a rank
 LABEL_OPTION = "--label"  # the runner's option that begins each line of a rank with "[rank N] "
-MASK_OPTIONS = {"--gpu-cpu-masks": True, "--cpu-masks": False}  # option -> masks are per GPU (else per local rank)
+MASK_OPTIONS = {
+    "--gpu-cpu-masks": True,
+    "--cpu-masks": False,
+}  # option -> masks are per GPU (else per local rank)
 
 
 def mask_option(per_gpu: bool) -> str:
@@ -62,10 +65,12 @@ def _python_target(cmd: list[str]) -> list[str] | None:
 def check_interpreter_options(cmd: list[str]) -> None:
     """A Python command with interpreter options would get no rank variables in srun mode: say so."""
     if cmd and _PYTHON.fullmatch(PurePosixPath(cmd[0]).name) and cmd[1:2] and cmd[1].startswith("-"):
-        raise ConfigError(f"job.command {shlex.join(cmd)!r}: srun mode wraps Python scripts in `exatrain run` "
-                          f"(for RANK, MASTER_ADDR, ...), which does not pass on interpreter options such as {cmd[1]!r}",
-                          'write ["python", "train.py", ...] or ["python", "-m", "pkg.train", ...] (-u is fine); set '
-                          "interpreter settings through [job.env] (e.g. PYTHONWARNINGS)")
+        raise ConfigError(
+            f"job.command {shlex.join(cmd)!r}: srun mode wraps Python scripts in `exatrain run` "
+            f"(for RANK, MASTER_ADDR, ...), which does not pass on interpreter options such as {cmd[1]!r}",
+            'write ["python", "train.py", ...] or ["python", "-m", "pkg.train", ...] (-u is fine); set '
+            "interpreter settings through [job.env] (e.g. PYTHONWARNINGS)",
+        )
 
 
 def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:

@@ -24,16 +24,28 @@ import shlex
 LOCAL_ADDR_SINCE = (2, 5)  # first torch release whose torchrun has --local-addr
 
 
-def rendezvous_words(suffix: str,
-                     torch_version: tuple[int, int] | None = None) -> tuple[list[str], list[str]]:
+def rendezvous_words(
+    suffix: str, torch_version: tuple[int, int] | None = None
+) -> tuple[list[str], list[str]]:
     """torchrun's rendezvous options for the job's torch (None: unknown), as two lists of shell words: those
     the batch shell expands (``$RDZV_HEAD``, ``$RDZV_PORT``, ``$SLURM_JOB_ID``) and those each node's own
     shell expands (``$SLURMD_NODENAME``, ``$SLURM_NODEID``: they differ per node)."""
     quoted = shlex.quote(suffix) if suffix else ""
     if suffix and torch_version is not None and torch_version < LOCAL_ADDR_SINCE:
-        return (['--nnodes="$SLURM_NNODES"', "--rdzv-backend=static", f'--master-addr="$RDZV_HEAD"{quoted}',
-                 '--master-port="$RDZV_PORT"'], ['--node-rank="$SLURM_NODEID"'])
-    shared = ['--nnodes="$SLURM_NNODES"', "--rdzv-backend=c10d",
-              f'--rdzv-endpoint="$RDZV_HEAD"{quoted}:"$RDZV_PORT"', '--rdzv-id="$SLURM_JOB_ID"']
+        return (
+            [
+                '--nnodes="$SLURM_NNODES"',
+                "--rdzv-backend=static",
+                f'--master-addr="$RDZV_HEAD"{quoted}',
+                '--master-port="$RDZV_PORT"',
+            ],
+            ['--node-rank="$SLURM_NODEID"'],
+        )
+    shared = [
+        '--nnodes="$SLURM_NNODES"',
+        "--rdzv-backend=c10d",
+        f'--rdzv-endpoint="$RDZV_HEAD"{quoted}:"$RDZV_PORT"',
+        '--rdzv-id="$SLURM_JOB_ID"',
+    ]
     # Each agent advertises its own node's suffixed name; node rank 0's becomes the workers' MASTER_ADDR.
     return shared, ([f'--local-addr="$SLURMD_NODENAME"{quoted}'] if suffix else [])

@@ -32,7 +32,10 @@ def agent_signals(handled: str) -> str:
 
 def requeue_job(job_id: str, runner: Runner | None = None) -> tuple[bool, str]:
     """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done, message)."""
-    from exatrain.slurm.runner import CommandNotFound, SlurmRunner  # subprocess only where SLURM is really called
+    from exatrain.slurm.runner import (  # subprocess only where SLURM is really called
+        CommandNotFound,
+        SlurmRunner,
+    )
 
     try:
         r = (runner or SlurmRunner())(["scontrol", "requeue", job_id])

@@ -52,11 +52,21 @@ class SlurmRunner:
             hint = "run this on a login node of the cluster"
             if args[0] == "sbatch":  # only submit has a mode without SLURM
                 hint += ", or use `exatrain submit --dry-run` (or `exatrain sbatch`) to only print the script"
-            raise CommandNotFound(f"{args[0]} not found on PATH: this machine has no SLURM client commands", hint)
+            raise CommandNotFound(
+                f"{args[0]} not found on PATH: this machine has no SLURM client commands", hint
+            )
         try:
-            done = subprocess.run([path, *args[1:]], input=input, env=self.env, capture_output=True,
-                                  text=True, timeout=self.timeout_s)
+            done = subprocess.run(
+                [path, *args[1:]],
+                input=input,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
         except subprocess.TimeoutExpired:
-            raise ExatrainError(f"{' '.join(args)} did not answer within {self.timeout_s:g} s",
-                                "the SLURM controller may be overloaded or unreachable; try again later") from None
+            raise ExatrainError(
+                f"{' '.join(args)} did not answer within {self.timeout_s:g} s",
+                "the SLURM controller may be overloaded or unreachable; try again later",
+            ) from None
         return CommandResult(done.returncode, done.stdout, done.stderr)

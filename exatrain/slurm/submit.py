@@ -27,12 +27,12 @@ if TYPE_CHECKING:  # the runner module (subprocess) is loaded only where SLURM i
 # sbatch's rejection reasons (Slurm 22.05+) -> what to change
 _REJECTIONS = {
     "Requested node configuration is not available": "ask for at most as many nodes, GPUs, cores and memory per "
-        "node as the partition has (see `sinfo -p PARTITION -o '%D %c %m %G'`); job.nodes, job.gpus_per_node, "
-        "job.cpus_per_task and job.mem_per_gpu_gb set them",
+    "node as the partition has (see `sinfo -p PARTITION -o '%D %c %m %G'`); job.nodes, job.gpus_per_node, "
+    "job.cpus_per_task and job.mem_per_gpu_gb set them",
     "Node count specification invalid": "job.nodes exceeds the nodes of the partition (sinfo -p PARTITION)",
     # what a site with EnforcePartLimits=ALL answers for more nodes or cores than the partition has
     "More processors requested than permitted": "ask for at most the partition's nodes and cores (sinfo -p "
-        "PARTITION -o '%D %c'); job.nodes, job.gpus_per_node and job.cpus_per_task set them",
+    "PARTITION -o '%D %c'); job.nodes, job.gpus_per_node and job.cpus_per_task set them",
     "Invalid account": "set job.account to a project you belong to (sacctmgr show assoc user=$USER)",
     "invalid partition": "set job.partition to a partition of this cluster (sinfo -s)",
     "Invalid qos": "set job.qos to one allowed for your account, or leave it empty",
@@ -76,8 +76,9 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     `submit` runs in, which is the job's working directory as with plain sbatch.
     """
     run_dir = Path(cfg.run.dir).resolve()
-    job = dataclasses.replace(cfg.job, output=_beside(cfg.job.output, run_dir.parent),
-                              error=_beside(cfg.job.error, run_dir.parent))
+    job = dataclasses.replace(
+        cfg.job, output=_beside(cfg.job.output, run_dir.parent), error=_beside(cfg.job.error, run_dir.parent)
+    )
     if is_profile_path(job.profile):
         job = dataclasses.replace(job, profile=str(Path(job.profile).resolve()))
     cfg = dataclasses.replace(cfg, job=job, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
@@ -85,12 +86,20 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     if command_kind(list(spec.command)) == "trainer":
         check_signal_handled(spec, cfg.checkpoint.signals)
     if cfg.run.hang_timeout_s:
-        check_hang_timeout(cfg.run.hang_timeout_s, "run.hang_timeout_s", spec.seconds(), f"job.time {job.time}")
+        check_hang_timeout(
+            cfg.run.hang_timeout_s, "run.hang_timeout_s", spec.seconds(), f"job.time {job.time}"
+        )
     text = to_toml(cfg)
     config_path = _beside_run_dir(run_dir, ".toml")
     binds = rank_paths(cfg, run_dir, Path.cwd()) if spec.container_image else ()
-    return Prepared(spec, run_dir, render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep, binds),
-                    text, sweep, binds)
+    return Prepared(
+        spec,
+        run_dir,
+        render_sbatch(spec, profile, str(run_dir), (str(config_path), text), sweep, binds),
+        text,
+        sweep,
+        binds,
+    )
 
 
 def _beside_run_dir(run_dir: Path, suffix: str) -> Path:
@@ -117,8 +126,10 @@ def submit(prepared: Prepared, runner: Runner) -> str:
         raise _rejection(done.stderr or done.stdout, "submit")
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
-        raise ExatrainError(f"sbatch answered {done.stdout.strip()!r} instead of a job id",
-                            "check `sbatch --version` (exatrain needs --parsable, Slurm >= 14.03)")
+        raise ExatrainError(
+            f"sbatch answered {done.stdout.strip()!r} instead of a job id",
+            "check `sbatch --version` (exatrain needs --parsable, Slurm >= 14.03)",
+        )
     return job_id
 
 
@@ -136,14 +147,18 @@ def check_schedulable(prepared: Prepared, runner: Runner) -> str:
 
 def _reason(text: str) -> str:
     """SLURM's first error line without the ``sbatch: error:`` prefix."""
-    line = next((line for line in text.splitlines() if "error" in line.lower()), text.strip() or "no reason given")
+    line = next(
+        (line for line in text.splitlines() if "error" in line.lower()), text.strip() or "no reason given"
+    )
     return re.sub(r"^\w+: error: ", "", line.strip())
 
 
 def _rejection(text: str, verb: str) -> ExatrainError:
     reason = _reason(text)
-    hint = next((h for key, h in _REJECTIONS.items() if key.lower() in text.lower()),
-                "read SLURM's reason above; `exatrain sbatch` prints the script with every flag")
+    hint = next(
+        (h for key, h in _REJECTIONS.items() if key.lower() in text.lower()),
+        "read SLURM's reason above; `exatrain sbatch` prints the script with every flag",
+    )
     return ExatrainError(f"SLURM would not {verb} the job: {reason}", hint)
 
 
@@ -156,8 +171,10 @@ def status(runner: Runner, job_id: str | None = None) -> str:
     args = ["squeue", "--noheader", f"--format={fmt}"] + (["--jobs", job_id] if job_id else ["--me"])
     done = runner(args)
     if done.returncode != 0 and not job_id:
-        raise ExatrainError(f"squeue failed: {_reason(done.stderr or done.stdout)}",
-                            "check that the SLURM controller is reachable from here (SLURM_CONF, `scontrol ping`)")
+        raise ExatrainError(
+            f"squeue failed: {_reason(done.stderr or done.stdout)}",
+            "check that the SLURM controller is reachable from here (SLURM_CONF, `scontrol ping`)",
+        )
     rows = done.stdout.strip() if done.returncode == 0 else ""
     if rows or not job_id:
         header = f"{'JOBID':>18} {'NAME':>24} {'STATE':>10} {'TIME':>10} {'NODES':>6} NODELIST(REASON)"
@@ -168,22 +185,43 @@ def status(runner: Runner, job_id: str | None = None) -> str:
 def _finished(runner: Runner, job_id: str) -> str:
     done = runner(["scontrol", "show", "job", "--oneliner", job_id])
     if done.returncode == 0 and done.stdout.strip():
-        fields = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in done.stdout.splitlines()]
-        return "\n".join(f"job {f.get('JobId')} ({f.get('JobName')}): {f.get('JobState')}, exit code "
-                         f"{f.get('ExitCode')}, ran {f.get('RunTime')} on {f.get('NodeList')}" for f in fields if f)
-    done = runner(["sacct", "--jobs", job_id, "--noheader", "--parsable2", "--format=JobID,JobName,State,ExitCode,Elapsed"])
+        fields = [
+            dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in done.stdout.splitlines()
+        ]
+        return "\n".join(
+            f"job {f.get('JobId')} ({f.get('JobName')}): {f.get('JobState')}, exit code "
+            f"{f.get('ExitCode')}, ran {f.get('RunTime')} on {f.get('NodeList')}"
+            for f in fields
+            if f
+        )
+    done = runner(
+        [
+            "sacct",
+            "--jobs",
+            job_id,
+            "--noheader",
+            "--parsable2",
+            "--format=JobID,JobName,State,ExitCode,Elapsed",
+        ]
+    )
     if done.returncode == 0 and done.stdout.strip():
         return "\n".join(line.replace("|", "  ") for line in done.stdout.splitlines())
-    raise ExatrainError(f"SLURM knows no job {job_id}",
-                        "check the id (printed by `exatrain submit`); finished jobs are forgotten after MinJobAge "
-                        "unless accounting (sacct) is enabled")
+    raise ExatrainError(
+        f"SLURM knows no job {job_id}",
+        "check the id (printed by `exatrain submit`); finished jobs are forgotten after MinJobAge "
+        "unless accounting (sacct) is enabled",
+    )
 
 
 def cancel(runner: Runner, job_id: str) -> None:
     """Cancel a job (or one array task, ``123_4``) with scancel; SLURM's refusal raises ExatrainError."""
     if not re.fullmatch(r"\d+(_\d+)?", job_id):
-        raise ExatrainError(f"{job_id!r} is not a SLURM job id", "pass the number printed by `exatrain submit`")
+        raise ExatrainError(
+            f"{job_id!r} is not a SLURM job id", "pass the number printed by `exatrain submit`"
+        )
     done = runner(["scancel", job_id])
     if done.returncode != 0:
-        raise ExatrainError(f"scancel {job_id} failed: {_reason(done.stderr or done.stdout)}",
-                            "check the id with `exatrain status`; only your own jobs can be cancelled")
+        raise ExatrainError(
+            f"scancel {job_id} failed: {_reason(done.stderr or done.stdout)}",
+            "check the id with `exatrain status`; only your own jobs can be cancelled",
+        )

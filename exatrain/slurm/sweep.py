@@ -37,16 +37,22 @@ def parse_sweep(specs: list[str]) -> Sweep | None:
         key, sep, text = spec.removeprefix("--").partition("=")
         items = tuple(v.strip() for v in text.split(","))
         if not sep or "." not in key or not all(items):
-            raise ConfigError(f"cannot read --array {spec!r}",
-                              "write --array section.key=v1,v2,... e.g. --array train.lr=1e-3,3e-3")
+            raise ConfigError(
+                f"cannot read --array {spec!r}",
+                "write --array section.key=v1,v2,... e.g. --array train.lr=1e-3,3e-3",
+            )
         keys.append(key)
         values.append(items)
     if len({len(v) for v in values}) != 1:
-        raise ConfigError("--array keys have different numbers of values: "
-                          + ", ".join(f"{k} has {len(v)}" for k, v in zip(keys, values)),
-                          "give every swept key the same number of values (task i uses the i-th of each)")
+        raise ConfigError(
+            "--array keys have different numbers of values: "
+            + ", ".join(f"{k} has {len(v)}" for k, v in zip(keys, values)),
+            "give every swept key the same number of values (task i uses the i-th of each)",
+        )
     if len(set(keys)) != len(keys):
-        raise ConfigError(f"--array sweeps a key twice: {', '.join(keys)}", "give each key once, values comma-separated")
+        raise ConfigError(
+            f"--array sweeps a key twice: {', '.join(keys)}", "give each key once, values comma-separated"
+        )
     sweep = Sweep(tuple(keys), tuple(values))
     for task in range(sweep.size):
         load_config(None, sweep.overrides(task))  # unknown keys, wrong types: fail now, not in every task

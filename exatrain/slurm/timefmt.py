@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 
 # Every time form sbatch accepts (man sbatch, --time), as (regex, field names); nothing else is a limit.
-_TIME_FORMS = tuple((re.compile(pattern), names) for pattern, names in (
-    (r"(\d+)", ("m",)),
-    (r"(\d+):([0-5]?\d)", ("m", "s")),
-    (r"(\d+):([0-5]?\d):([0-5]?\d)", ("h", "m", "s")),
-    (r"(\d+)-(\d+)", ("d", "h")),
-    (r"(\d+)-(\d+):([0-5]?\d)", ("d", "h", "m")),
-    (r"(\d+)-(\d+):([0-5]?\d):([0-5]?\d)", ("d", "h", "m", "s")),
-))
+_TIME_FORMS = tuple(
+    (re.compile(pattern), names)
+    for pattern, names in (
+        (r"(\d+)", ("m",)),
+        (r"(\d+):([0-5]?\d)", ("m", "s")),
+        (r"(\d+):([0-5]?\d):([0-5]?\d)", ("h", "m", "s")),
+        (r"(\d+)-(\d+)", ("d", "h")),
+        (r"(\d+)-(\d+):([0-5]?\d)", ("d", "h", "m")),
+        (r"(\d+)-(\d+):([0-5]?\d):([0-5]?\d)", ("d", "h", "m", "s")),
+    )
+)
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
@@ -33,4 +36,3 @@ def format_slurm_time(seconds: int) -> str:
     days, rest = divmod(seconds, 86400)
     text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
     return f"{days}-{text}" if days else text
-

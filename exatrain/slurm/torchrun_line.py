@@ -23,7 +23,9 @@ OPTION_SINCE = {"--signals-to-handle": (2, 10), "--shutdown-timeout": (2, 12)}
 # exatrain's own options of `python -m exatrain.launch.agent`, before a `--` and torchrun's arguments.
 HANDLE = "--handle-signals"  # signals the trainer treats as "time is up": forwarded to the workers
 GRACE = "--shutdown-grace"  # seconds the workers get to checkpoint after such a signal
-DEFAULT_GRACE = 30  # torchrun's own, before --shutdown-timeout (torch/distributed/elastic/multiprocessing/api.py)
+DEFAULT_GRACE = (
+    30  # torchrun's own, before --shutdown-timeout (torch/distributed/elastic/multiprocessing/api.py)
+)
 
 
 def accepts(option: str, version: tuple[int, ...]) -> bool:
@@ -66,16 +68,21 @@ def agent_start(job_signal: str, lead: int, python: str = "python3") -> str:
     compute node, asked to forward ``job_signal`` (``USR2@120``) and to give the workers its lead time (at
     least torchrun's 30 s) to checkpoint; torchrun's arguments follow the ``--``."""
     name = job_signal.split("@")[0].removeprefix("B:") if job_signal else ""
-    return " ".join(["exec", python, "-m", AGENT_MODULE, *agent_options(name, max(DEFAULT_GRACE, lead)), "--"])
+    return " ".join(
+        ["exec", python, "-m", AGENT_MODULE, *agent_options(name, max(DEFAULT_GRACE, lead)), "--"]
+    )
 
 
 def agent_start_note(job_signal: str) -> list[str]:
     """Comment lines of the batch script saying what the agent decides on the node."""
-    lines = ["# exatrain.launch.agent runs torchrun's agent with the job's python and torch, on each node (in the",
-             "# container, if any): a torch older than exatrain's floor stops it there with a HINT."]
+    lines = [
+        "# exatrain.launch.agent runs torchrun's agent with the job's python and torch, on each node (in the",
+        "# container, if any): a torch older than exatrain's floor stops it there with a HINT.",
+    ]
     if not job_signal:
         return lines
     return lines + [
         "# It forwards job.signal to the workers and waits the signal's lead time for their checkpoint:",
         "# with torchrun's --signals-to-handle/--shutdown-timeout where the node's torch has them (>= 2.12),",
-        "# else itself (docs/torch-versions.md); the options are never named on a torch that lacks them."]
+        "# else itself (docs/torch-versions.md); the options are never named on a torch that lacks them.",
+    ]

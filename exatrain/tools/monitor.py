@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.table import Table
 
 from exatrain.errors import ExatrainError
-from exatrain.slurm.runner import Runner
 from exatrain.observe.gpu_monitor import NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, parse_nvidia_smi, parse_rocm_smi
+from exatrain.slurm.runner import Runner
 
 # what each node runs: its name, then which tool answered and the tool's output
 NODE_SCRIPT = (
@@ -32,22 +32,41 @@ def job_nodes(runner: Runner, job_id: str) -> int:
     r = runner(["squeue", "-h", "-j", str(job_id), "-o", "%T %D"])
     fields = r.stdout.split()
     if r.returncode != 0 or len(fields) != 2:
-        raise ExatrainError(f"job {job_id} is not in the queue ({(r.stderr or r.stdout).strip() or 'no such job'})",
-                            "give the id of a running job: exatrain status lists yours")
+        raise ExatrainError(
+            f"job {job_id} is not in the queue ({(r.stderr or r.stdout).strip() or 'no such job'})",
+            "give the id of a running job: exatrain status lists yours",
+        )
     state, nodes = fields
     if state != "RUNNING":
-        raise ExatrainError(f"job {job_id} is {state}, not RUNNING: it has no GPUs to watch yet",
-                            "wait until `exatrain status` shows it RUNNING")
+        raise ExatrainError(
+            f"job {job_id} is {state}, not RUNNING: it has no GPUs to watch yet",
+            "wait until `exatrain status` shows it RUNNING",
+        )
     return int(nodes)
 
 
 def sample_job(runner: Runner, job_id: str, nodes: int) -> list[dict]:
     """One reading of every GPU of the job: [{"host", "tool", "gpus": [...]}, ...] sorted by host."""
-    r = runner(["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nodes}", "--ntasks-per-node=1",
-                f"--ntasks={nodes}", "--label", "--quiet", "sh", "-c", NODE_SCRIPT])
+    r = runner(
+        [
+            "srun",
+            "--overlap",
+            f"--jobid={job_id}",
+            f"--nodes={nodes}",
+            "--ntasks-per-node=1",
+            f"--ntasks={nodes}",
+            "--label",
+            "--quiet",
+            "sh",
+            "-c",
+            NODE_SCRIPT,
+        ]
+    )
     if r.returncode != 0:
-        raise ExatrainError(f"srun --overlap --jobid={job_id} failed: {r.stderr.strip()[-500:]}",
-                            "the job may have ended; check it with `exatrain status`")
+        raise ExatrainError(
+            f"srun --overlap --jobid={job_id} failed: {r.stderr.strip()[-500:]}",
+            "the job may have ended; check it with `exatrain status`",
+        )
     return parse_labelled(r.stdout)
 
 
@@ -83,13 +102,21 @@ def gpu_table(job_id: str, nodes: list[dict]) -> Table:
         for g in n["gpus"]:
             used, total = g["mem_used_mib"], g["mem_total_mib"]
             mem = f"{_cell(used and used / 1024, '.1f')} / {_cell(total and total / 1024, '.1f')}"
-            t.add_row(n["host"], str(g["index"]), g["name"], _cell(g["util_pct"], ".0f"), mem,
-                      _cell(g["power_w"], ".0f"), _cell(g["temp_c"], ".0f"))
+            t.add_row(
+                n["host"],
+                str(g["index"]),
+                g["name"],
+                _cell(g["util_pct"], ".0f"),
+                mem,
+                _cell(g["power_w"], ".0f"),
+                _cell(g["temp_c"], ".0f"),
+            )
     return t
 
 
-def monitor(runner: Runner, job_id: str, interval_s: float = 5.0, once: bool = False,
-            console: Console | None = None) -> None:
+def monitor(
+    runner: Runner, job_id: str, interval_s: float = 5.0, once: bool = False, console: Console | None = None
+) -> None:
     """Show the job's GPUs: one table (`once`), or a live table refreshed every `interval_s` until Ctrl-C
     or the job ends."""
     console = console or Console()
@@ -97,7 +124,9 @@ def monitor(runner: Runner, job_id: str, interval_s: float = 5.0, once: bool = F
     if once:
         console.print(gpu_table(job_id, sample_job(runner, job_id, nodes)))
         return
-    with Live(gpu_table(job_id, sample_job(runner, job_id, nodes)), console=console, auto_refresh=False) as live:
+    with Live(
+        gpu_table(job_id, sample_job(runner, job_id, nodes)), console=console, auto_refresh=False
+    ) as live:
         while True:
             time.sleep(interval_s)
             live.update(gpu_table(job_id, sample_job(runner, job_id, nodes)), refresh=True)

@@ -30,8 +30,10 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
         else:
             found = sorted(d for d in p.iterdir() if (d / "summary.json").exists()) if p.is_dir() else []
             if not found:
-                raise ExatrainError(f"{p}: no summary.json in it or in its sub-folders (not a finished run)",
-                                    "pass run directories of finished `exatrain train` runs, or the folder of `exatrain scale`")
+                raise ExatrainError(
+                    f"{p}: no summary.json in it or in its sub-folders (not a finished run)",
+                    "pass run directories of finished `exatrain train` runs, or the folder of `exatrain scale`",
+                )
             runs += found
     return runs
 
@@ -42,13 +44,27 @@ def load_run(run_dir: Path) -> dict:
     metrics = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     train = [m for m in metrics if m.get("kind") == "train"]
     breakdown = {p: _mean([m.get(f"time_{p}_s") for m in train]) for p in PHASES}
-    gpu_util = [g["util_pct"] for f in sorted((run_dir / "monitor").glob("*.jsonl"))
-                for s in read_samples(f) for g in s["gpus"] if g.get("util_pct") is not None] \
-        if (run_dir / "monitor").is_dir() else []
-    return {"name": run_dir.name, "ranks": summary["world_size"], "tokens_per_s": summary["tokens_per_s"],
-            "train_seconds": summary["train_seconds"], "steps": summary["steps"],
-            "loss": [(m["step"], m["loss"]) for m in train if m.get("loss") is not None],
-            "breakdown": breakdown, "gpu_util": _mean(gpu_util)}
+    gpu_util = (
+        [
+            g["util_pct"]
+            for f in sorted((run_dir / "monitor").glob("*.jsonl"))
+            for s in read_samples(f)
+            for g in s["gpus"]
+            if g.get("util_pct") is not None
+        ]
+        if (run_dir / "monitor").is_dir()
+        else []
+    )
+    return {
+        "name": run_dir.name,
+        "ranks": summary["world_size"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "train_seconds": summary["train_seconds"],
+        "steps": summary["steps"],
+        "loss": [(m["step"], m["loss"]) for m in train if m.get("loss") is not None],
+        "breakdown": breakdown,
+        "gpu_util": _mean(gpu_util),
+    }
 
 
 def _mean(values):
@@ -69,12 +85,21 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """The scaling and breakdown tables in Markdown."""
-    out = ["| run | ranks | tokens/s | speedup | efficiency | train s | GPU busy |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| run | ranks | tokens/s | speedup | efficiency | train s | GPU busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         util = f"{r['gpu_util']:.0f} %" if r["gpu_util"] is not None else "-"
-        out.append(f"| {r['name']} | {r['ranks']} | {r['tokens_per_s']:,.0f} | {r['speedup']:.2f} | "
-                   f"{r['efficiency']:.0%} | {r['train_seconds']:.1f} | {util} |")
-    out += ["", "| run | ranks | " + " | ".join(f"{p} s/step" for p in PHASES) + " |", "|---|---|" + "---|" * len(PHASES)]
+        out.append(
+            f"| {r['name']} | {r['ranks']} | {r['tokens_per_s']:,.0f} | {r['speedup']:.2f} | "
+            f"{r['efficiency']:.0%} | {r['train_seconds']:.1f} | {util} |"
+        )
+    out += [
+        "",
+        "| run | ranks | " + " | ".join(f"{p} s/step" for p in PHASES) + " |",
+        "|---|---|" + "---|" * len(PHASES),
+    ]
     for r in rows:
         cells = " | ".join("-" if r["breakdown"][p] is None else f"{r['breakdown'][p]:.4f}" for p in PHASES)
         out.append(f"| {r['name']} | {r['ranks']} | {cells} |")
@@ -93,9 +118,11 @@ def check_plotting() -> None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        raise ExatrainError("the report's plots need matplotlib, which is not installed in this environment",
-                            "pip install matplotlib (a dependency of exatrain: `pip install exatrain` installs it; "
-                            "so does `pip install 'exatrain[report]'`)")
+        raise ExatrainError(
+            "the report's plots need matplotlib, which is not installed in this environment",
+            "pip install matplotlib (a dependency of exatrain: `pip install exatrain` installs it; "
+            "so does `pip install 'exatrain[report]'`)",
+        )
 
 
 def figures(rows: list[dict]) -> list[tuple[str, str]]:
@@ -150,20 +177,29 @@ def figures(rows: list[dict]) -> list[tuple[str, str]]:
 def html_page(rows: list[dict], title: str = "exatrain scaling report") -> str:
     """One self-contained HTML page: the tables and the plots (embedded PNG)."""
     table = _html_table(rows)
-    imgs = "\n".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}">'
-                     f"<figcaption>{html.escape(t)}</figcaption></figure>" for t, b64 in figures(rows))
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #999;padding:4px 8px;text-align:right}figure{display:inline-block;margin:1em}"
-            f"</style></head><body><h1>{html.escape(title)}</h1>{table}{imgs}</body></html>\n")
+    imgs = "\n".join(
+        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}">'
+        f"<figcaption>{html.escape(t)}</figcaption></figure>"
+        for t, b64 in figures(rows)
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #999;padding:4px 8px;text-align:right}figure{display:inline-block;margin:1em}"
+        f"</style></head><body><h1>{html.escape(title)}</h1>{table}{imgs}</body></html>\n"
+    )
 
 
 def _html_table(rows: list[dict]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("run", "ranks", "tokens/s", "speedup", "efficiency", "train s", "GPU busy"))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("run", "ranks", "tokens/s", "speedup", "efficiency", "train s", "GPU busy")
+    )
     body = "".join(
         f"<tr><td>{html.escape(r['name'])}</td><td>{r['ranks']}</td><td>{r['tokens_per_s']:,.0f}</td>"
         f"<td>{r['speedup']:.2f}</td><td>{r['efficiency']:.0%}</td><td>{r['train_seconds']:.1f}</td>"
-        f"<td>{'-' if r['gpu_util'] is None else format(r['gpu_util'], '.0f') + ' %'}</td></tr>" for r in rows)
+        f"<td>{'-' if r['gpu_util'] is None else format(r['gpu_util'], '.0f') + ' %'}</td></tr>"
+        for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

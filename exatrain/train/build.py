@@ -38,7 +38,9 @@ def build_engine(cfg: Config, dims, ctx, vocab_size: int, autocast):
     """The engine for this layout, with its model(s) built and initialised."""
     reference = reference_model(cfg, vocab_size)
     if cfg.engine.name == "deepspeed":
-        from exatrain.engines.deepspeed.engine import DeepSpeedEngine  # imports deepspeed: only when asked for
+        from exatrain.engines.deepspeed.engine import (
+            DeepSpeedEngine,  # imports deepspeed: only when asked for
+        )
 
         return DeepSpeedEngine(cfg, dims, ctx, reference, bf16=uses_bf16(cfg.train.precision, ctx.device))
     if cfg.engine.name == "horovod":
@@ -50,5 +52,6 @@ def build_engine(cfg: Config, dims, ctx, vocab_size: int, autocast):
     if dims.pp_enabled:
         return build_pipeline_engine(cfg, ctx, vocab_size, reference.state_dict(), num_params, autocast)
     model = apply_layout(reference, ctx, cfg.parallel)  # the DDP wrapper for pure replication
-    return DataParallelEngine(model, ctx.device, num_params, dims.tp_enabled and cfg.parallel.loss_parallel,
-                              autocast)
+    return DataParallelEngine(
+        model, ctx.device, num_params, dims.tp_enabled and cfg.parallel.loss_parallel, autocast
+    )

@@ -30,8 +30,14 @@ class DataParallelEngine(Engine):
     """One model per rank, parallelised for its layout by exatrain.parallelize (DDP-wrapped, or FSDP/TP;
     replicas of a TP model average their gradients at the end of backward, as parallelize set up)."""
 
-    def __init__(self, model: nn.Module, device: torch.device, num_params: int, use_loss_parallel: bool,
-                 autocast: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        num_params: int,
+        use_loss_parallel: bool,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+    ):
         # model parts, optimizer and checkpoints use the plain model; forward in training goes through DDP
         self.ddp = model if isinstance(model, DistributedDataParallel) else None
         model = self.ddp.module if self.ddp is not None else model
@@ -67,4 +73,3 @@ class DataParallelEngine(Engine):
     def full_state_dict(self) -> dict:
         """The whole model, unsharded, on rank 0 (gathered across every parallel dimension)."""
         return exatrain.full_state_dict(self.model)
-

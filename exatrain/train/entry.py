@@ -16,6 +16,13 @@ def run_training(cfg: Config, environ=None) -> dict:
     Set up through the public API (exatrain.init), after the configuration was checked against the
     world size (a layout that cannot work fails before any process group is joined)."""
     preflight(cfg, detect_environment(environ, **cfg.dist.env_options()).world_size)
-    with exatrain.init(device=cfg.train.device, seed=cfg.train.seed, summary=False, environ=environ,
-                       parallel=cfg.parallel, dist=cfg.dist, job=cfg.job) as ctx:
+    with exatrain.init(
+        device=cfg.train.device,
+        seed=cfg.train.seed,
+        summary=False,
+        environ=environ,
+        parallel=cfg.parallel,
+        dist=cfg.dist,
+        job=cfg.job,
+    ) as ctx:
         return Trainer(cfg, ctx, prepare_data(cfg)).fit()

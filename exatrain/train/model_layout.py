@@ -30,6 +30,15 @@ def apply_layout(model: torch.nn.Module, ctx, p: ParallelConfig, layout: str = "
     plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if ctx.dims.tp_enabled else None
     ac = {"none": False, "full": "full", "every": p.activation_checkpoint_every}[p.activation_checkpoint]
     return exatrain.parallelize(
-        model, ctx, layout=layout, blocks="layers", activation_checkpoint=ac, compile=p.compile,
-        compile_backend=p.compile_backend, param_dtype=PARAM_DTYPES[p.param_dtype], cpu_offload=p.cpu_offload,
-        tp_plan=plan, reshard_after_forward=p.fsdp_reshard_after_forward)
+        model,
+        ctx,
+        layout=layout,
+        blocks="layers",
+        activation_checkpoint=ac,
+        compile=p.compile,
+        compile_backend=p.compile_backend,
+        param_dtype=PARAM_DTYPES[p.param_dtype],
+        cpu_offload=p.cpu_offload,
+        tp_plan=plan,
+        reshard_after_forward=p.fsdp_reshard_after_forward,
+    )

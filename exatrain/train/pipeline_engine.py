@@ -21,17 +21,23 @@ import torch
 
 import exatrain
 from exatrain.config import Config
+from exatrain.engines.protocol import Engine
 from exatrain.models.pipeline_split import split_for_stages
 from exatrain.models.transformer import lm_loss
-from exatrain.engines.protocol import Engine
 from exatrain.train.model_layout import apply_layout, lm_from_config
 
 
 class PipelineEngine(Engine):
     """This rank's pipeline stages and the schedule that runs them (interface of DataParallelEngine)."""
 
-    def __init__(self, rank_model: torch.nn.Module, pipeline: exatrain.Pipeline, num_params: int,
-                 use_loss_parallel: bool, autocast: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(
+        self,
+        rank_model: torch.nn.Module,
+        pipeline: exatrain.Pipeline,
+        num_params: int,
+        use_loss_parallel: bool,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+    ):
         super().__init__([rank_model], num_params, use_loss_parallel, autocast)
         self.pipeline = pipeline
 
@@ -52,8 +58,9 @@ class PipelineEngine(Engine):
         return self.pipeline.full_state_dict(self.model_parts[0])
 
 
-def build_pipeline_engine(cfg: Config, ctx, vocab_size: int, full_state: dict, num_params: int,
-                          autocast) -> PipelineEngine:
+def build_pipeline_engine(
+    cfg: Config, ctx, vocab_size: int, full_state: dict, num_params: int, autocast
+) -> PipelineEngine:
     """Build this rank's stages for the layout of `ctx` (exatrain.init's Context), loaded with `full_state`."""
     p, dims, device = cfg.parallel, ctx.dims, ctx.device
     with torch.device("meta"):
@@ -64,6 +71,14 @@ def build_pipeline_engine(cfg: Config, ctx, vocab_size: int, full_state: dict, n
     for chunk in chunks:
         apply_layout(chunk, ctx, p)
         exatrain.load_full_state_dict(chunk, full_state, device)
-    pipeline = exatrain.Pipeline(chunks, ids, n_stages, dims.mesh("pp").get_group(), device, p.pp_schedule,
-                                 dims.microbatches(p), lm_loss)
+    pipeline = exatrain.Pipeline(
+        chunks,
+        ids,
+        n_stages,
+        dims.mesh("pp").get_group(),
+        device,
+        p.pp_schedule,
+        dims.microbatches(p),
+        lm_loss,
+    )
     return PipelineEngine(rank_model, pipeline, num_params, dims.tp_enabled and p.loss_parallel, autocast)

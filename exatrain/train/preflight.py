@@ -42,13 +42,17 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     check_choice("data.train_split", d.train_split, _SPLITS)
     check_choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:
-        raise ConfigError(f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1")
+        raise ConfigError(
+            f"model.dropout must be in [0, 1), got {cfg.model.dropout}", "use e.g. --model.dropout=0.1"
+        )
     dims.check(cfg.parallel, shape, t.micro_batch_size)
     _check_engine(cfg, dims)
     if dims.tp_enabled and cfg.parallel.sequence_parallel and d.seq_len % dims.tp:
-        raise ConfigError(f"parallel.sequence_parallel splits each window along the sequence, but data.seq_len="
-                          f"{d.seq_len} is not divisible by parallel.tp={dims.tp}",
-                          f"use a data.seq_len that is a multiple of {dims.tp}, e.g. --data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}")
+        raise ConfigError(
+            f"parallel.sequence_parallel splits each window along the sequence, but data.seq_len="
+            f"{d.seq_len} is not divisible by parallel.tp={dims.tp}",
+            f"use a data.seq_len that is a multiple of {dims.tp}, e.g. --data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}",
+        )
     return dims
 
 
@@ -61,8 +65,10 @@ def _check_engine(cfg: Config, dims: exatrain.ParallelDims) -> None:
     if cfg.engine.name == "torch":
         return
     if dims.tp_enabled or dims.pp_enabled or dims.dp_shard > 1:
-        raise ConfigError(f"engine.name={cfg.engine.name} shards by itself, but [parallel] asks for {dims.describe()}",
-                          "drop parallel.tp / parallel.pp / parallel.dp_shard (ZeRO's stage is engine.zero_stage)")
+        raise ConfigError(
+            f"engine.name={cfg.engine.name} shards by itself, but [parallel] asks for {dims.describe()}",
+            "drop parallel.tp / parallel.pp / parallel.dp_shard (ZeRO's stage is engine.zero_stage)",
+        )
     if cfg.engine.name == "deepspeed":
         bf16 = True if cfg.train.precision == "bf16" else False if cfg.train.precision == "fp32" else None
         deepspeed_config(cfg, dims.dp, bf16)

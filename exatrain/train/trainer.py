@@ -14,6 +14,7 @@ from torch.distributed.tensor import DTensor
 import exatrain
 from exatrain.config import Config, to_toml
 from exatrain.data import Corpus, eval_batches, make_batch, num_windows
+from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.env.devices import describe_devices
 from exatrain.models import configured_shape
 from exatrain.observe import ProgressReporter, write_json
@@ -24,7 +25,6 @@ from exatrain.observe.metrics import MetricsFanout
 from exatrain.observe.profiler import StepProfiler
 from exatrain.observe.tensorboard import TensorBoardLog, wants_tensorboard
 from exatrain.train.build import build_engine
-from exatrain.engines.optim import build_optimizer, build_scheduler
 
 
 class Trainer:
@@ -61,23 +61,36 @@ class Trainer:
         self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
         resume = self._init_checkpoints()
         self.metrics = MetricsFanout(
-            exatrain.MetricsLog(self.run_dir / "metrics.jsonl", enabled=ctx.is_root,
-                                resume_step=self.step if resume is not None else None),
-            TensorBoardLog(self.run_dir / "tensorboard", enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard)),
+            exatrain.MetricsLog(
+                self.run_dir / "metrics.jsonl",
+                enabled=ctx.is_root,
+                resume_step=self.step if resume is not None else None,
+            ),
+            TensorBoardLog(
+                self.run_dir / "tensorboard",
+                enabled=ctx.is_root and wants_tensorboard(cfg.observe.tensorboard),
+            ),
         )
         p = cfg.profiler
-        self.profiler = StepProfiler(p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type,
-                                     p.memory_snapshot)
+        self.profiler = StepProfiler(
+            p.ranks, p.steps, ctx.rank, ctx.world_size, self.run_dir, ctx.device.type, p.memory_snapshot
+        )
         if resume is not None:
-            self.progress.line(f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)")
+            self.progress.line(
+                f"resumed from {resume} at step {self.step} ({self.tokens_seen:,} tokens seen)"
+            )
 
     def _init_data(self) -> None:
         c, t = self.cfg, self.cfg.train
         self.train_tokens = self.corpus.split(c.data.train_split)
         self.eval_tokens = self.corpus.split(c.data.eval_split)
         self.sampler = exatrain.GlobalBatchSampler(
-            num_samples=num_windows(len(self.train_tokens), c.data.seq_len), global_batch=t.global_batch_size,
-            rank=self.dp_rank, world_size=self.dp_size, micro_batch=t.micro_batch_size, seed=t.seed,
+            num_samples=num_windows(len(self.train_tokens), c.data.seq_len),
+            global_batch=t.global_batch_size,
+            rank=self.dp_rank,
+            world_size=self.dp_size,
+            micro_batch=t.micro_batch_size,
+            seed=t.seed,
         )
         self.steps_iter = self.sampler.iter_steps()  # this rank's micro-batch indices per step, across epochs
         self.accum = self.sampler.accumulation_steps
@@ -88,10 +101,23 @@ class Trainer:
         # a DeepSpeed engine is checkpointed by DeepSpeed's own save/load (ZeRO shards) in the same run layout
         model = self.engine.checkpoint_model() or self.model
         self.checkpointer = exatrain.Checkpointer(
-            self.run_dir, self.ctx, model=model, optimizer=self.optimizer, scheduler=self.scheduler,
-            loader=self.sampler, extra=self.progress_values, interval=c.interval, keep=c.keep,
-            async_save=c.async_save, signals=c.signals, last_step=self.cfg.train.steps, config=to_toml(self.cfg),
-            exit_on_signal=False, log=self.progress.line, restart_hint="restart with --checkpoint.resume=auto")
+            self.run_dir,
+            self.ctx,
+            model=model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            loader=self.sampler,
+            extra=self.progress_values,
+            interval=c.interval,
+            keep=c.keep,
+            async_save=c.async_save,
+            signals=c.signals,
+            last_step=self.cfg.train.steps,
+            config=to_toml(self.cfg),
+            exit_on_signal=False,
+            log=self.progress.line,
+            restart_hint="restart with --checkpoint.resume=auto",
+        )
         # a restarted job (torchrun's agent after a worker died, or a SLURM requeue) continues, never restarts
         which = c.resume or ("auto" if self.ctx.env.restart_count else "")
         newest = self.checkpointer.latest()
@@ -102,7 +128,8 @@ class Trainer:
                 f"run.dir {self.run_dir} already holds checkpoints of another run (newest: {newest.name}) "
                 "and checkpoint.resume is empty, so this run would start fresh on top of them",
                 "continue that run with --checkpoint.resume=auto, or start this one in another "
-                "--run.dir (or delete the old checkpoints folder)")
+                "--run.dir (or delete the old checkpoints folder)",
+            )
         self.step = self.checkpointer.resume(which, announce=False)
         return self.checkpointer.resumed_from
 
@@ -133,7 +160,9 @@ class Trainer:
             return
         if self.cfg.train.grad_clip > 0:
             # the whole model's norm: over DTensors of every mesh and across pipeline stages (ctx's pp mesh)
-            self.grad_norm = exatrain.clip_grad_norm_(self.engine.model_parts, self.cfg.train.grad_clip, self.ctx)
+            self.grad_norm = exatrain.clip_grad_norm_(
+                self.engine.model_parts, self.cfg.train.grad_clip, self.ctx
+            )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -144,8 +173,13 @@ class Trainer:
         shape = configured_shape(c.model)
         matmul_params = self.engine.num_params - (self.corpus.vocab_size + c.data.seq_len) * shape.dim
         fpt = transformer_flops_per_token(matmul_params, shape.n_layers, shape.dim, c.data.seq_len)
-        return exatrain.StepMetrics(c.train.log_every, self.ctx.device, flops_per_token=fpt,
-                                    last_step=c.train.steps, start_step=self.step)
+        return exatrain.StepMetrics(
+            c.train.log_every,
+            self.ctx.device,
+            flops_per_token=fpt,
+            last_step=c.train.steps,
+            start_step=self.step,
+        )
 
     def _record_train(self, record: dict) -> None:
         """Write one log step's record (metrics.jsonl, TensorBoard) and show it (progress bar or line)."""
@@ -196,8 +230,14 @@ class Trainer:
         """Mean token loss and perplexity on the eval split, over all ranks' shares of it."""
         self.engine.train(False)
         loss_sum, count = 0.0, 0
-        for batch in eval_batches(self.eval_tokens, self.cfg.data.seq_len, self.cfg.train.micro_batch_size,
-                                  self.dp_rank, self.dp_size, max_total_batches=self.cfg.train.eval_batches or None):
+        for batch in eval_batches(
+            self.eval_tokens,
+            self.cfg.data.seq_len,
+            self.cfg.train.micro_batch_size,
+            self.dp_rank,
+            self.dp_size,
+            max_total_batches=self.cfg.train.eval_batches or None,
+        ):
             x, y = self._to_device(batch)
             loss_sum += self.engine.eval_loss(x, y) * y.numel()
             count += y.numel()
@@ -215,7 +255,9 @@ class Trainer:
     def _record_eval(self) -> dict[str, float]:
         result = self.evaluate()
         self.metrics.write(kind="eval", step=self.step, **result)
-        self.progress.line(f"eval  step {self.step:>6} | loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f}")
+        self.progress.line(
+            f"eval  step {self.step:>6} | loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f}"
+        )
         if self.step > 0 and result["loss"] < self.best_eval:
             self.progress_values["best_eval"] = result["loss"]
             if self.cfg.train.save_model:
@@ -231,9 +273,11 @@ class Trainer:
             (self.run_dir / "config.toml").write_text(to_toml(self.cfg))
         self.progress.line(self._banner())
         if self.step >= t.steps:
-            self.progress.line(f"the run is already complete: its checkpoint is at step {self.step} and train.steps is "
-                               f"{t.steps}, so there is nothing to train. To continue it, raise the step count, e.g. "
-                               f"--train.steps={self.step + max(t.steps // 2, 1)} --checkpoint.resume=auto")
+            self.progress.line(
+                f"the run is already complete: its checkpoint is at step {self.step} and train.steps is "
+                f"{t.steps}, so there is nothing to train. To continue it, raise the step count, e.g. "
+                f"--train.steps={self.step + max(t.steps // 2, 1)} --checkpoint.resume=auto"
+            )
         initial = self._record_eval() if t.eval_at_start and self.step == 0 else None
         start, first_step = time.perf_counter(), self.step
         timer, monitor = self._step_metrics(), self._start_monitor()
@@ -251,8 +295,10 @@ class Trainer:
             self.step += 1
             self.progress_values["tokens_seen"] += tokens_per_step
             self.profiler.end(self.step)
-            record = timer.end_step(tokens=tokens_per_step / self.ctx.world_size,
-                                    samples=t.global_batch_size / self.ctx.world_size)
+            record = timer.end_step(
+                tokens=tokens_per_step / self.ctx.world_size,
+                samples=t.global_batch_size / self.ctx.world_size,
+            )
             if record is not None:
                 self._record_train(record)
             if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
@@ -280,21 +326,34 @@ class Trainer:
             exatrain.save0(self.engine.full_state_dict(), self.run_dir / "final.pt")
         digest = weights_digest(self.engine.model_parts)
         # ranks that must hold identical weights: same place in every dimension but dp_replicate
-        replicas = exatrain.all_gather_objects((self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"),
-                                       self.dims.coordinate("tp"), digest))
+        replicas = exatrain.all_gather_objects(
+            (self.dims.coordinate("pp"), self.dims.coordinate("dp_shard"), self.dims.coordinate("tp"), digest)
+        )
         env = self.ctx.env
-        write_json(self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json", {
-            **env.to_dict(), "device": str(self.ctx.device), "backend": self.ctx.backend,
-            # the GPU this rank's visibility variables select (what SLURM bound), also on CPU-only torch builds
-            "gpu": describe_devices(env.local_rank, env.local_world_size),
-            "weights_sha256": digest,
-        })
+        write_json(
+            self.run_dir / "ranks" / f"rank-{self.ctx.rank}.json",
+            {
+                **env.to_dict(),
+                "device": str(self.ctx.device),
+                "backend": self.ctx.backend,
+                # the GPU this rank's visibility variables select (what SLURM bound), also on CPU-only torch builds
+                "gpu": describe_devices(env.local_rank, env.local_world_size),
+                "weights_sha256": digest,
+            },
+        )
         summary = {
-            "steps": self.step, "world_size": self.ctx.world_size, "model_size": self.cfg.model.size,
-            "layout": self.dims.describe(), "parameters": self.engine.num_params, "initial_eval": initial, "final_eval": final,
-            "best_eval_loss": self.best_eval, "train_seconds": elapsed,
+            "steps": self.step,
+            "world_size": self.ctx.world_size,
+            "model_size": self.cfg.model.size,
+            "layout": self.dims.describe(),
+            "parameters": self.engine.num_params,
+            "initial_eval": initial,
+            "final_eval": final,
+            "best_eval_loss": self.best_eval,
+            "train_seconds": elapsed,
             "steps_trained": steps_trained,  # by this run (0: resumed at or past train.steps)
-            "tokens_per_s": steps_trained * tokens_per_step / max(elapsed, 1e-9), "tokens_seen": self.tokens_seen,
+            "tokens_per_s": steps_trained * tokens_per_step / max(elapsed, 1e-9),
+            "tokens_seen": self.tokens_seen,
             "weights_in_sync": replicas_agree(replicas),
         }
         if self.ctx.is_root:
@@ -312,11 +371,13 @@ class Trainer:
 
     def _banner(self) -> str:
         c, t = self.cfg, self.cfg.train
-        return (f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
-                f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
-                f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
-                f"layout {self._layout_name()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
-                f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}")
+        return (
+            f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
+            f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
+            f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
+            f"layout {self._layout_name()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
+            f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}"
+        )
 
 
 def _summary_line(s: dict) -> str:
@@ -326,8 +387,10 @@ def _summary_line(s: dict) -> str:
         trained = f"{s['steps']} steps in {s['train_seconds']:.1f} s ({s['tokens_per_s']:,.0f} tok/s)"
     else:
         trained = f"nothing trained (the run was already complete at step {s['steps']})"
-    return (f"done: {trained}; validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
-            f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}")
+    return (
+        f"done: {trained}; validation perplexity {start}{s['final_eval']['perplexity']:.2f}; "
+        f"weights in sync on {s['world_size']} rank(s): {'yes' if s['weights_in_sync'] else 'NO'}"
+    )
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

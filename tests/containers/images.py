@@ -24,8 +24,10 @@ from pathlib import Path
 PY = "/usr/bin/python3.11"  # the image OS's Python (Debian's: ABI-compatible with this venv's packages)
 SITE = "lib/python3.11/site-packages"
 TWIN_BIN = Path(__file__).resolve().parent / "twin"
-RUNSCRIPT = '#!/bin/bash\n# AI Factory-like runscript: run the arguments (a shell without any).\n' \
-            '[ $# -gt 0 ] || exec /bin/bash\nexec "$@"\n'
+RUNSCRIPT = (
+    "#!/bin/bash\n# AI Factory-like runscript: run the arguments (a shell without any).\n"
+    '[ $# -gt 0 ] || exec /bin/bash\nexec "$@"\n'
+)
 ACTIVATE_CONDA = """# conda's activate, as far as the twin needs it: the environment NAME under /opt/miniconda3/envs.
 export CONDA_PREFIX=/opt/miniconda3/envs/${1:-base}
 export CONDA_DEFAULT_ENV=${1:-base}
@@ -47,14 +49,18 @@ def _python_env(tree: Path, prefix: str, with_torch: bool) -> list[str]:
     root = tree / prefix.lstrip("/")
     (root / "bin").mkdir(parents=True)
     (root / SITE).mkdir(parents=True)
-    (root / "pyvenv.cfg").write_text(f"home = {Path(PY).parent}\ninclude-system-site-packages = false\n"
-                                     f"version = {sys.version_info.major}.{sys.version_info.minor}\n")
+    (root / "pyvenv.cfg").write_text(
+        f"home = {Path(PY).parent}\ninclude-system-site-packages = false\n"
+        f"version = {sys.version_info.major}.{sys.version_info.minor}\n"
+    )
     (root / "bin" / "python3").symlink_to(PY)
     (root / "bin" / "python").symlink_to("python3")
     (root / "bin" / "activate").write_text(f"export VIRTUAL_ENV={prefix}\nexport PATH={prefix}/bin:$PATH\n")
     if with_torch:  # torch's console script, as pip installs it into the environment's bin
         run = root / "bin" / "torchrun"
-        run.write_text(f"#!{prefix}/bin/python\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n")
+        run.write_text(
+            f"#!{prefix}/bin/python\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n"
+        )
         run.chmod(0o755)
     lines = []
     for entry in sorted(_host_site().iterdir()):
@@ -94,9 +100,11 @@ def build_conda(tree: Path) -> Path:
 
 def build_images(root: Path) -> dict[str, Path]:
     """The three trees under ROOT (a fresh directory): {'aif': ..., 'conda': ..., 'notorch': ...}."""
-    return {"aif": build_aif(root / "lumi-multitorch-twin.sif"),
-            "conda": build_conda(root / "lumi-pytorch-rocm-twin.sif"),
-            "notorch": build_aif(root / "notorch-twin.sif", with_torch=False)}
+    return {
+        "aif": build_aif(root / "lumi-multitorch-twin.sif"),
+        "conda": build_conda(root / "lumi-pytorch-rocm-twin.sif"),
+        "notorch": build_aif(root / "notorch-twin.sif", with_torch=False),
+    }
 
 
 def lumi_tree(root: Path, project: str = "project_465000001") -> dict[str, Path]:
@@ -169,9 +177,23 @@ def session_venv(kind: str) -> Path:
         ws = session_workspace()
         venv = ws["project"] / f"venv-{kind}"
         start = "run" if kind == "aif" else "exec"
-        done = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "container", "venv", f"--start={start}",
-                               str(session_images()[kind]), str(venv)], cwd="/tmp", env=twin_env(),
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exatrain.cli.main",
+                "container",
+                "venv",
+                f"--start={start}",
+                str(session_images()[kind]),
+                str(venv),
+            ],
+            cwd="/tmp",
+            env=twin_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         _SESSION[key] = venv
     return _SESSION[key]  # type: ignore[return-value]

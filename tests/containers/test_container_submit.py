@@ -42,8 +42,14 @@ def _submit(tmp_path, job: str, binds=()):
     profile.write_text(PROFILE.format(binds=", ".join(f'"{b}"' for b in binds)))
     cfg = tmp_path / "job.toml"
     cfg.write_text(f'[run]\ndir = "{tmp_path}/runs/exp"\n[job]\nprofile = "{profile}"\ntime = 5\n{job}\n')
-    return subprocess.run([sys.executable, "-m", "exatrain.cli.main", "submit", "--dry-run", str(cfg)],
-                          capture_output=True, text=True, cwd=tmp_path, env=twin_env(), timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "exatrain.cli.main", "submit", "--dry-run", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=twin_env(),
+        timeout=180,
+    )
 
 
 def _lumi_binds():
@@ -53,8 +59,11 @@ def _lumi_binds():
 
 def test_ai_factory_image_with_its_venv_passes(tmp_path):
     image, venv = session_images()["aif"], session_venv("aif")
-    r = _submit(tmp_path, f'container_image = "{image}"\ncontainer_venv = "{venv}"\ncontainer_start = "run"',
-                _lumi_binds())
+    r = _submit(
+        tmp_path,
+        f'container_image = "{image}"\ncontainer_venv = "{venv}"\ncontainer_start = "run"',
+        _lumi_binds(),
+    )
     assert r.returncode == 0, r.stderr
     assert f"container: {image}: torch 2.13.0" in r.stderr and f"exatrain 0.1.0 (venv {venv})" in r.stderr
     assert "singularity run --bind=" in r.stdout.replace("'", "") and f". {venv}/bin/activate" in r.stdout
@@ -65,7 +74,7 @@ def test_older_image_without_venv_names_the_fix(tmp_path):
     r = _submit(tmp_path, f'container_image = "{image}"')
     assert r.returncode == 2 and not r.stdout
     assert f"exatrain does not import in the image (no job.container_venv set) with image {image}" in r.stderr
-    assert f"HINT: create the venv once: exatrain container venv --runtime=singularity" in r.stderr
+    assert "HINT: create the venv once: exatrain container venv --runtime=singularity" in r.stderr
     assert str(image) in r.stderr.split("HINT:")[1]
 
 
@@ -84,8 +93,10 @@ def test_missing_bind_and_missing_venv_are_refused(tmp_path):
     venv = session_workspace()["project"] / "never-made"
     r = _submit(tmp_path, f'container_image = "{image}"\ncontainer_venv = "{venv}"')
     assert r.returncode == 2 and f"job.container_venv {venv} does not exist" in r.stderr
-    assert f"HINT: create it once through the image: exatrain container venv --runtime=singularity {image} {venv}" \
+    assert (
+        f"HINT: create it once through the image: exatrain container venv --runtime=singularity {image} {venv}"
         in r.stderr
+    )
 
 
 def test_symlinked_rank_paths_are_bound_by_both_names(tmp_path):
@@ -95,8 +106,11 @@ def test_symlinked_rank_paths_are_bound_by_both_names(tmp_path):
     data = ws["scratch"] / "corpus"
     data.mkdir(exist_ok=True)
     image, venv = session_images()["aif"], session_venv("aif")
-    r = _submit(tmp_path, f'container_image = "{image}"\ncontainer_venv = "{venv}"\ncontainer_start = "run"\n'
-                          f'[data]\npath = "{data}"')
+    r = _submit(
+        tmp_path,
+        f'container_image = "{image}"\ncontainer_venv = "{venv}"\ncontainer_start = "run"\n'
+        f'[data]\npath = "{data}"',
+    )
     assert r.returncode == 0, r.stderr
     binds = r.stdout.replace("'", "").split("--bind=")[1].split()[0].split(",")
     assert str(data) in binds and str(data.resolve()) in binds and str(data) != str(data.resolve())

@@ -17,8 +17,14 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 
 
 def _sing(*args, env=None, runtime="singularity"):
-    return subprocess.run([str(TWIN_BIN / runtime), *map(str, args)], capture_output=True, text=True,
-                          env=twin_env(env), cwd="/tmp", timeout=60)
+    return subprocess.run(
+        [str(TWIN_BIN / runtime), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=twin_env(env),
+        cwd="/tmp",
+        timeout=60,
+    )
 
 
 def _sh(image, script, *binds, env=None, mode="exec", runtime="singularity"):
@@ -29,7 +35,9 @@ def test_only_default_and_bound_paths_are_visible(tmp_path):
     image, ws = session_images()["aif"], session_workspace()
     (tmp_path / "in-tmp").write_text("x")
     probe = f"test -e {tmp_path}/in-tmp && echo tmp; test -e {ws['pfs_root']} && echo pfs; test -e /work && echo work"
-    assert _sh(image, probe).stdout.split() == ["tmp"]  # /tmp is a default bind; the workspace and /work are not
+    assert _sh(image, probe).stdout.split() == [
+        "tmp"
+    ]  # /tmp is a default bind; the workspace and /work are not
     assert _sh(image, probe, ws["pfs_root"]).stdout.split() == ["tmp", "pfs"]
     out = _sh(image, probe, env={"APPTAINER_BIND": str(ws["pfs_root"])}, runtime="apptainer")
     assert out.stdout.split() == ["tmp", "pfs"], out.stderr
@@ -54,8 +62,13 @@ def test_symlinked_workspace_resolves_only_with_its_target_bound():
 
 def test_environment_passes_and_prefixed_variables_are_stripped():
     script = 'echo "$HOSTVAR|$NAME|${SINGULARITYENV_NAME-unset}|$WIN|$PATH"'
-    env = {"HOSTVAR": "h", "SINGULARITYENV_NAME": "inside", "SINGULARITYENV_WIN": "s", "APPTAINERENV_WIN": "a",
-           "NAME": "host"}
+    env = {
+        "HOSTVAR": "h",
+        "SINGULARITYENV_NAME": "inside",
+        "SINGULARITYENV_WIN": "s",
+        "APPTAINERENV_WIN": "a",
+        "NAME": "host",
+    }
     host, name, prefixed, win, path = _sh(session_images()["aif"], script, env=env).stdout.strip().split("|")
     assert (host, name, prefixed, win) == ("h", "inside", "unset", "a")
     assert path.startswith("/opt/venv/bin:") and str(TWIN_BIN) not in path  # the host PATH does not pass

@@ -70,8 +70,18 @@ def main():
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
         loader = exatrain.DataLoader(Points(), ctx, batch_size=32, seed=1)
         extra = {"seen": 0}
-        ckpt = exatrain.Checkpointer(a.run_dir, ctx, model=model, optimizer=opt, scheduler=sched, loader=loader,
-                                     extra=extra, interval=a.interval, keep=0, last_step=a.steps)
+        ckpt = exatrain.Checkpointer(
+            a.run_dir,
+            ctx,
+            model=model,
+            optimizer=opt,
+            scheduler=sched,
+            loader=loader,
+            extra=extra,
+            interval=a.interval,
+            keep=0,
+            last_step=a.steps,
+        )
         step = ckpt.resume()
         log = exatrain.MetricsLog(f"{a.run_dir}/metrics.jsonl", resume_step=step)
         while step < a.steps:
@@ -83,8 +93,12 @@ def main():
                 sched.step()
                 step += 1
                 extra["seen"] += 32
-                log.write(step=step, loss=exatrain.mean_across_ranks(loss.item()), epoch=loader.epoch,
-                          seen=extra["seen"])
+                log.write(
+                    step=step,
+                    loss=exatrain.mean_across_ranks(loss.item()),
+                    epoch=loader.epoch,
+                    seen=extra["seen"],
+                )
                 ckpt.step(step)
                 time.sleep(a.sleep)
                 if step == a.steps:

@@ -1,7 +1,6 @@
 """Start a script as W real ranks the way mpirun/srun would (Open MPI variables, no torchrun) and read its
 metrics: for tests of code written against exatrain's public API."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +12,17 @@ from tests.distributed.helpers import free_port
 
 def rank_environment(rank: int, world: int, port: int) -> dict:
     """What Open MPI's mpirun sets for one rank (plus the master address a job script exports)."""
-    return clean_environment({
-        "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
-        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-    })
+    return clean_environment(
+        {
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_SIZE": str(world),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
 
 
 def start_ranks(script: Path, args: list[str], world: int, log_dir: Path) -> list[subprocess.Popen]:
@@ -26,8 +31,15 @@ def start_ranks(script: Path, args: list[str], world: int, log_dir: Path) -> lis
     log_dir.mkdir(parents=True, exist_ok=True)
     for rank in range(world):
         with (log_dir / f"rank-{rank}.log").open("w") as out:
-            procs.append(subprocess.Popen([sys.executable, str(script), *args], env=rank_environment(rank, world, port),
-                                          stdout=out, stderr=subprocess.STDOUT, cwd=log_dir))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), *args],
+                    env=rank_environment(rank, world, port),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=log_dir,
+                )
+            )
     return procs
 
 

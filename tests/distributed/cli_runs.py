@@ -18,11 +18,14 @@ def train_run(tmp, name: str, nproc: int, args: list[str]) -> dict:
     r = run_exatrain(["train", f"--nproc={nproc}", f"--run.dir={run}", *args], cwd=tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     metrics = read_metrics(run / "metrics.jsonl")
-    return {"dir": run, "stdout": r.stdout,
-            "losses": [m["loss"] for m in metrics if m["kind"] == "train"],
-            "grad_norms": [m.get("grad_norm") for m in metrics if m["kind"] == "train"],
-            "eval": [m["loss"] for m in metrics if m["kind"] == "eval"][-1],
-            "final": torch.load(run / "final.pt", weights_only=True)}
+    return {
+        "dir": run,
+        "stdout": r.stdout,
+        "losses": [m["loss"] for m in metrics if m["kind"] == "train"],
+        "grad_norms": [m.get("grad_norm") for m in metrics if m["kind"] == "train"],
+        "eval": [m["loss"] for m in metrics if m["kind"] == "eval"][-1],
+        "final": torch.load(run / "final.pt", weights_only=True),
+    }
 
 
 def plain_eval_loss(run_dir, state) -> float:
@@ -35,8 +38,12 @@ def plain_eval_loss(run_dir, state) -> float:
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
-        for x, y in eval_batches(corpus.split(cfg.data.eval_split), cfg.data.seq_len, cfg.train.micro_batch_size,
-                                 max_total_batches=cfg.train.eval_batches):
+        for x, y in eval_batches(
+            corpus.split(cfg.data.eval_split),
+            cfg.data.seq_len,
+            cfg.train.micro_batch_size,
+            max_total_batches=cfg.train.eval_batches,
+        ):
             total += model(x, y).item() * y.numel()
             count += y.numel()
     return total / count
@@ -59,14 +66,18 @@ def check_weight_placement(run_dir) -> None:
     world = summary["world_size"]
     dims = ParallelDims.from_config(load_config(str(run_dir / "config.toml")).parallel, world)
     shape = (dims.pp, dims.dp_replicate, dims.dp_shard, dims.tp)
-    digests = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text())["weights_sha256"] for r in range(world)]
+    digests = [
+        json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text())["weights_sha256"] for r in range(world)
+    ]
     places: dict[tuple, set] = {}
     for rank, (pp, _, shard, tp) in enumerate(itertools.product(*map(range, shape))):
         places.setdefault((pp, shard, tp), set()).add(digests[rank])
     if dims.dp_replicate > 1:
         assert summary["weights_in_sync"] and all(len(d) == 1 for d in places.values()), places
     distinct = {next(iter(d)) for d in places.values()}
-    assert len(distinct) == len(places), f"ranks at different places of {shape} hold the same weights: {places}"
+    assert len(distinct) == len(places), (
+        f"ranks at different places of {shape} hold the same weights: {places}"
+    )
 
 
 def max_diff(a: list[float], b: list[float]) -> float:
@@ -77,12 +88,20 @@ def max_diff(a: list[float], b: list[float]) -> float:
 
 def describe_diffs(run: dict, reference: dict) -> str:
     """The measured differences of a run from the reference, for the test output (printed before asserting)."""
-    norms = max_diff(run["grad_norms"], reference["grad_norms"]) if None not in run["grad_norms"] else float("nan")
-    return (f"max loss diff {max_diff(run['losses'], reference['losses']):.1e}, grad norm {norms:.1e}, "
-            f"eval {abs(run['eval'] - reference['eval']):.1e}")
+    norms = (
+        max_diff(run["grad_norms"], reference["grad_norms"])
+        if None not in run["grad_norms"]
+        else float("nan")
+    )
+    return (
+        f"max loss diff {max_diff(run['losses'], reference['losses']):.1e}, grad norm {norms:.1e}, "
+        f"eval {abs(run['eval'] - reference['eval']):.1e}"
+    )
 
 
-def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_tol: float) -> tuple[float, float]:
+def assert_same_training(
+    run: dict, reference: dict, loss_tol: float, grad_norm_tol: float
+) -> tuple[float, float]:
     """Check a layout's run against the single-process reference: the same steps, losses and gradient
     norms (clipping must be active at every step, so clipping with the full model's norm is exercised),
     the same eval loss, a final.pt with the same entries whose plain-model eval loss is what the run
@@ -91,7 +110,10 @@ def assert_same_training(run: dict, reference: dict, loss_tol: float, grad_norm_
     assert max_diff(run["losses"], reference["losses"]) <= loss_tol, (run["losses"], reference["losses"])
     clip = float(load_config(str(reference["dir"] / "config.toml")).train.grad_clip)
     assert clip > 0 and min(reference["grad_norms"]) > clip, "clipping should be active at every step"
-    assert max_diff(run["grad_norms"], reference["grad_norms"]) <= grad_norm_tol, (run["grad_norms"], reference["grad_norms"])
+    assert max_diff(run["grad_norms"], reference["grad_norms"]) <= grad_norm_tol, (
+        run["grad_norms"],
+        reference["grad_norms"],
+    )
     assert abs(run["eval"] - reference["eval"]) <= loss_tol, (run["eval"], reference["eval"])
     ref_w, w = reference["final"], run["final"]
     assert w.keys() == ref_w.keys()

@@ -16,7 +16,9 @@ def main() -> None:
     run_dir, steps = sys.argv[1], int(sys.argv[2])
     with exatrain.init(quiet=True) as ctx:
         seen = {"total": 0.0}
-        ckpt = exatrain.Checkpointer(run_dir, ctx, model=torch.nn.Linear(1, 1), extra=seen, interval=5, signals="")
+        ckpt = exatrain.Checkpointer(
+            run_dir, ctx, model=torch.nn.Linear(1, 1), extra=seen, interval=5, signals=""
+        )
         start = ckpt.resume("auto")
         for n in range(start + 1, steps + 1):
             exatrain.step(n)
@@ -27,7 +29,9 @@ def main() -> None:
             seen["total"] += t.item()
             ckpt.step(n)
         ckpt.close()
-        exatrain.print0(f"attempt {ctx.env.restart_count} ran steps {start + 1}-{steps}, total {seen['total']:g}")
+        exatrain.print0(
+            f"attempt {ctx.env.restart_count} ran steps {start + 1}-{steps}, total {seen['total']:g}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,11 +16,16 @@ def free_port() -> int:
 
 def mpi_env(rank: int, world: int, port: int):
     """What Open MPI's mpirun sets for one rank (plus the master address a job script exports)."""
-    return detect_environment({
-        "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
-        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-    })
+    return detect_environment(
+        {
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_SIZE": str(world),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
 
 
 def _entry(rank, fn, world, port, args):

@@ -33,8 +33,11 @@ def runs(tmp_path_factory):
     """The same 12 steps as 1 process, as 2 DDP ranks and as 2 FSDP ranks (checkpoints every 3 steps)."""
     tmp = tmp_path_factory.mktemp("api")
     out = {}
-    for name, world, extra in (("single", 1, []), ("ddp", 2, ["--layout", "ddp"]),
-                               ("fsdp", 2, ["--layout", "fsdp", "--dp-shard", "2"])):
+    for name, world, extra in (
+        ("single", 1, []),
+        ("ddp", 2, ["--layout", "ddp"]),
+        ("fsdp", 2, ["--layout", "fsdp", "--dp-shard", "2"]),
+    ):
         run_ranks(LOOP, [str(tmp / name), *STEPS, *extra], world, tmp / f"{name}-logs")
         out[name] = tmp / name
     return out
@@ -55,7 +58,9 @@ def test_kill_9_mid_run_then_resume_equals_uninterrupted(runs, tmp_path):
     procs = start_ranks(LOOP, [str(run), *STEPS, "--layout", "ddp", "--sleep", "0.3"], 2, tmp_path / "logs")
     deadline = time.monotonic() + 480
     while not (run / "checkpoints" / "step-6").is_dir() or len(losses(run)) < 7:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the run did not get to step 7"
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
+            "the run did not get to step 7"
+        )
         time.sleep(0.2)
     for p in procs:
         p.send_signal(signal.SIGKILL)

@@ -24,7 +24,11 @@ TOL = 1e-5
 
 
 def _pipeline_example() -> str:
-    blocks = [b for b in re.findall(r"```py\n(.*?)```", DOC.read_text(), flags=re.S) if b.startswith("# pipeline.py")]
+    blocks = [
+        b
+        for b in re.findall(r"```py\n(.*?)```", DOC.read_text(), flags=re.S)
+        if b.startswith("# pipeline.py")
+    ]
     assert len(blocks) == 1, "docs/api.md has one pipeline example starting with '# pipeline.py'"
     return blocks[0]
 
@@ -55,6 +59,12 @@ def test_pipeline_example_matches_one_process(tmp_path):
     ranks = [[(int(s), float(loss), float(norm)) for s, loss, norm in LINE.findall(log)] for log in logs]
     assert ranks[0] == ranks[1] and len(ranks[0]) == 3, logs  # loss from the last stage, norm of both stages
     for (step, loss, norm), (_, ref_loss, ref_norm) in zip(ranks[0], _one_process(3)):
-        assert abs(loss - ref_loss) <= TOL and abs(norm - ref_norm) <= TOL, (step, loss, ref_loss, norm, ref_norm)
+        assert abs(loss - ref_loss) <= TOL and abs(norm - ref_norm) <= TOL, (
+            step,
+            loss,
+            ref_loss,
+            norm,
+            ref_norm,
+        )
     whole = "whole model: ['0.bias', '0.weight', '2.bias', '2.weight', '4.bias', '4.weight']"
     assert whole in logs[0] and "whole model" not in logs[1]

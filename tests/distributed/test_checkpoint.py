@@ -20,9 +20,19 @@ from tests.distributed.helpers import batch_digests, train_losses, train_records
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=12", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=6", "--checkpoint.keep=0"]
+COMMON = [
+    "--train.steps=12",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    "--checkpoint.interval=6",
+    "--checkpoint.keep=0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +57,14 @@ def test_checkpoints_committed_with_marker(uninterrupted):
 def test_resume_under_other_world_size_continues_identically(uninterrupted, exatrain_cli, tmp_path, nproc):
     run = tmp_path / "resumed"
     shutil.copytree(uninterrupted / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
-    r = exatrain_cli("train", f"--nproc={nproc}", f"--run.dir={run}", *COMMON, "--checkpoint.resume=auto",
-                     "--train.micro_batch_size=4")
+    r = exatrain_cli(
+        "train",
+        f"--nproc={nproc}",
+        f"--run.dir={run}",
+        *COMMON,
+        "--checkpoint.resume=auto",
+        "--train.micro_batch_size=4",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from" in r.stdout and "at step 6" in r.stdout
     full, resumed = train_losses(uninterrupted), train_losses(run)
@@ -70,12 +86,26 @@ def test_export_loads_into_a_plain_model(uninterrupted, exatrain_cli, tmp_path):
 
 
 def test_exported_file_seeds_training(uninterrupted, exatrain_cli, tmp_path):
-    r = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'seeded'}", "--train.steps=1",
-                     "--train.eval_batches=2", "--data.seq_len=32", "--train.global_batch_size=16",
-                     f"--checkpoint.init_from={uninterrupted / 'final.pt'}")
+    r = exatrain_cli(
+        "train",
+        "--nproc=1",
+        f"--run.dir={tmp_path / 'seeded'}",
+        "--train.steps=1",
+        "--train.eval_batches=2",
+        "--data.seq_len=32",
+        "--train.global_batch_size=16",
+        f"--checkpoint.init_from={uninterrupted / 'final.pt'}",
+    )
     assert r.returncode == 0, r.stderr
-    r2 = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'fresh'}", "--train.steps=1",
-                      "--train.eval_batches=2", "--data.seq_len=32", "--train.global_batch_size=16")
+    r2 = exatrain_cli(
+        "train",
+        "--nproc=1",
+        f"--run.dir={tmp_path / 'fresh'}",
+        "--train.steps=1",
+        "--train.eval_batches=2",
+        "--data.seq_len=32",
+        "--train.global_batch_size=16",
+    )
     assert r2.returncode == 0, r2.stderr
     seeded = read_metrics(tmp_path / "seeded" / "metrics.jsonl")[0]
     fresh = read_metrics(tmp_path / "fresh" / "metrics.jsonl")[0]
@@ -90,8 +120,14 @@ def test_incomplete_checkpoints_are_ignored_and_removed(uninterrupted, exatrain_
     shutil.copytree(uninterrupted / "checkpoints" / "step-12", ckpts / "step-12")
     (ckpts / "step-12" / "COMMITTED").unlink()
     (ckpts / ".step-9.partial" / "COMMITTED").unlink()
-    r = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'run'}", *COMMON, "--checkpoint.resume=auto",
-                     "--checkpoint.interval=0")
+    r = exatrain_cli(
+        "train",
+        "--nproc=1",
+        f"--run.dir={tmp_path / 'run'}",
+        *COMMON,
+        "--checkpoint.resume=auto",
+        "--checkpoint.interval=0",
+    )
     assert r.returncode == 0, r.stderr
     assert "at step 6" in r.stdout
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-6"]
@@ -110,11 +146,19 @@ def test_bad_checkpoint_input(uninterrupted, exatrain_cli, tmp_path):
     shutil.copytree(uninterrupted / "checkpoints" / "step-6", damaged)
     (damaged / ".metadata").write_bytes(b"not a pickle")
     assert "metadata" in _bad(exatrain_cli, tmp_path, f"--checkpoint.resume={damaged}")
-    err = _bad(exatrain_cli, tmp_path, "--model.size=small",
-               f"--checkpoint.resume={uninterrupted / 'checkpoints' / 'step-6'}")
+    err = _bad(
+        exatrain_cli,
+        tmp_path,
+        "--model.size=small",
+        f"--checkpoint.resume={uninterrupted / 'checkpoints' / 'step-6'}",
+    )
     assert "does not match the model" in err and "shape of" in err
-    r = exatrain_cli("checkpoint", "export", str(uninterrupted / "checkpoints" / "step-6"),
-                     str(tmp_path / "missing" / "dir" / "model.pt"))
+    r = exatrain_cli(
+        "checkpoint",
+        "export",
+        str(uninterrupted / "checkpoints" / "step-6"),
+        str(tmp_path / "missing" / "dir" / "model.pt"),
+    )
     assert r.returncode == 2 and "does not exist" in r.stderr and "HINT:" in r.stderr
 
 
@@ -130,7 +174,14 @@ def _contents(ckpt, tmp):
             for k, v in x.items():
                 yield from flat(v, f"{prefix}.{k}")
         elif isinstance(x, torch.Tensor):
-            yield prefix, (str(x.dtype), tuple(x.shape), x.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+            yield (
+                prefix,
+                (
+                    str(x.dtype),
+                    tuple(x.shape),
+                    x.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes(),
+                ),
+            )
         else:
             yield prefix, x
 
@@ -159,7 +210,9 @@ def test_failed_background_save_is_reported(exatrain_cli, tmp_path):
     ckpts = tmp_path / "run" / "checkpoints"
     ckpts.mkdir(parents=True)
     (ckpts / ".step-6.partial").symlink_to("/proc/1")
-    r = exatrain_cli("train", "--nproc=1", f"--run.dir={tmp_path / 'run'}", *COMMON, "--checkpoint.async_save=true")
+    r = exatrain_cli(
+        "train", "--nproc=1", f"--run.dir={tmp_path / 'run'}", *COMMON, "--checkpoint.async_save=true"
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "background save of step 6" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
 
@@ -205,8 +258,15 @@ def test_resume_in_another_layout_reseeds_deterministically(exatrain_cli, tmp_pa
     for name in ("a", "b"):
         run = tmp_path / name
         shutil.copytree(tmp_path / "ddp" / "checkpoints" / "step-6", run / "checkpoints" / "step-6")
-        r = exatrain_cli("train", "--nproc=2", f"--run.dir={run}", *dropout, "--checkpoint.resume=auto",
-                         "--parallel.dp_replicate=1", "--parallel.dp_shard=2")
+        r = exatrain_cli(
+            "train",
+            "--nproc=2",
+            f"--run.dir={run}",
+            *dropout,
+            "--checkpoint.resume=auto",
+            "--parallel.dp_replicate=1",
+            "--parallel.dp_shard=2",
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         losses.append(train_losses(run))
     assert sorted(losses[0]) == list(range(7, 13)) and losses[0] == losses[1]
@@ -222,7 +282,9 @@ def test_rank_killed_mid_save_keeps_the_previous_checkpoint(uninterrupted, exatr
     run, ckpts = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
     partial = ckpts / ".step-12.partial"
     hook = {"EXATRAIN_TEST_SAVE_PAUSE": "12:300"}
-    with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *COMMON], cwd=tmp_path, env=hook) as proc:
+    with started_exatrain(
+        ["train", "--nproc=2", f"--run.dir={run}", *COMMON], cwd=tmp_path, env=hook
+    ) as proc:
         wait_for(lambda: list(partial.glob("__0_*.distcp")), 180, "rank 0's part of the step-12 save", proc)
         os.kill(worker_pid(proc.pid, rank=1), signal.SIGKILL)
         code, out, err = finish(proc)

@@ -14,9 +14,16 @@ from exatrain.observe import read_metrics
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=5", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", "--train.global_batch_size=16", "--train.warmup_steps=2",
-          "--data.seq_len=32"]
+COMMON = [
+    "--train.steps=5",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+]
 LOSS_TOL = 1e-5
 WEIGHT_TOL = 5e-5
 

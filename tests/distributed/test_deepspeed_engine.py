@@ -11,15 +11,23 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from tests.distributed.cli_runs import max_diff, train_run
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=4", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--train.grad_clip=0.5", "--data.seq_len=32"]
+COMMON = [
+    "--train.steps=4",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--train.grad_clip=0.5",
+    "--data.seq_len=32",
+]
 LOSS_TOL, WEIGHT_TOL = 1e-5, 5e-5
 DS = ["--engine.name=deepspeed"]
 
@@ -39,8 +47,9 @@ def test_zero_stage_matches_ddp(ddp, tmp_path, stage):
     """Stage 2 also takes a user's DeepSpeed JSON that adds keys without contradicting exatrain's."""
     extra = []
     if stage == 2:
-        (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": 100000},
-                                                      "train_batch_size": "auto"}))
+        (tmp_path / "ds.json").write_text(
+            json.dumps({"zero_optimization": {"reduce_bucket_size": 100000}, "train_batch_size": "auto"})
+        )
         extra = [f"--engine.deepspeed_config={tmp_path / 'ds.json'}"]
     run = train_run(tmp_path, f"zero{stage}", 2, [*COMMON, *DS, f"--engine.zero_stage={stage}", *extra])
     assert len(run["losses"]) == 4
@@ -56,7 +65,14 @@ def test_resume_equals_uninterrupted_run_and_keeps_k(tmp_path):
     step-4 and step-6; a new run directory holding only step-4 resumes (resume=auto) and its steps 5-6 and
     final weights equal the uninterrupted run's exactly. The same checkpoint at another world size is refused
     with a HINT."""
-    args = [*COMMON, "--train.steps=6", *DS, "--engine.zero_stage=3", "--checkpoint.interval=2", "--checkpoint.keep=2"]
+    args = [
+        *COMMON,
+        "--train.steps=6",
+        *DS,
+        "--engine.zero_stage=3",
+        "--checkpoint.interval=2",
+        "--checkpoint.keep=2",
+    ]
     full = train_run(tmp_path, "full", 2, args)
     ckpts = sorted(p.name for p in (full["dir"] / "checkpoints").iterdir())
     assert ckpts == ["step-4", "step-6"], ckpts
@@ -69,7 +85,12 @@ def test_resume_equals_uninterrupted_run_and_keeps_k(tmp_path):
     assert _max_weight_diff(resumed["final"], full["final"]) == 0.0
 
     from tests.conftest import run_exatrain
-    r = run_exatrain(["train", "--nproc=1", f"--run.dir={tmp_path / 'resumed'}", *args, "--checkpoint.resume=auto"],
-                     cwd=tmp_path)
+
+    r = run_exatrain(
+        ["train", "--nproc=1", f"--run.dir={tmp_path / 'resumed'}", *args, "--checkpoint.resume=auto"],
+        cwd=tmp_path,
+    )
     assert r.returncode != 0
-    assert "saved by 2 rank(s), this run has 1" in r.stderr and "HINT: resume with 2 rank(s)" in r.stderr, r.stderr[-3000:]
+    assert "saved by 2 rank(s), this run has 1" in r.stderr and "HINT: resume with 2 rank(s)" in r.stderr, (
+        r.stderr[-3000:]
+    )

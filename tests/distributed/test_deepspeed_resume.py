@@ -24,10 +24,21 @@ from tests.distributed.helpers import train_losses
 pytestmark = pytest.mark.dist
 
 STEPS = 16
-ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-        "--train.warmup_steps=2", "--train.grad_clip=0.5", "--data.seq_len=32", "--train.save_model=false",
-        "--engine.name=deepspeed", "--engine.zero_stage=2"]
+ARGS = [
+    f"--train.steps={STEPS}",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--train.grad_clip=0.5",
+    "--data.seq_len=32",
+    "--train.save_model=false",
+    "--engine.name=deepspeed",
+    "--engine.zero_stage=2",
+]
 TOL = 1e-5
 
 
@@ -39,7 +50,9 @@ def _train(tmp, run, nproc, *extra):
 
 def _step(run):
     try:
-        return max((m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0)
+        return max(
+            (m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0
+        )
     except (OSError, ValueError):
         return 0
 
@@ -67,15 +80,22 @@ def signalled(tmp_path_factory):
     return run, step, code, out, err
 
 
-def test_signal_checkpoints_exits_75_and_the_resumed_run_equals_the_uninterrupted_one(signalled, reference, tmp_path):
+def test_signal_checkpoints_exits_75_and_the_resumed_run_equals_the_uninterrupted_one(
+    signalled, reference, tmp_path
+):
     run, step, code, out, err = signalled
     assert code == 75, out + err
-    assert "signal SIGUSR2: checkpointing at step" in out and f"checkpoint {run / 'checkpoints' / f'step-{step}'} committed" in out, out
+    assert (
+        "signal SIGUSR2: checkpointing at step" in out
+        and f"checkpoint {run / 'checkpoints' / f'step-{step}'} committed" in out
+    ), out
     assert "continue with --checkpoint.resume=auto" in err, err
     assert 3 <= step < STEPS
     info = json.loads((run / "checkpoints" / f"step-{step}" / "exatrain.json").read_text())
     assert info == {"step": step, "world_size": 2, "zero_stage": 2}
-    shards = sorted(p.name for p in (run / "checkpoints" / f"step-{step}" / "deepspeed").glob("*optim_states.pt"))
+    shards = sorted(
+        p.name for p in (run / "checkpoints" / f"step-{step}" / "deepspeed").glob("*optim_states.pt")
+    )
     assert len(shards) == 2, shards  # every rank wrote its ZeRO-2 partition
     assert sorted(train_losses(run)) == list(range(1, step + 1))  # every rank finished the step it was in
 
@@ -104,9 +124,14 @@ def test_resume_at_another_world_size_through_the_universal_checkpoint(signalled
     assert sorted(got) == list(range(step + 1, STEPS + 1))
     assert max_diff([got[s] for s in got], [reference[s] for s in got]) <= TOL, (got, reference)
 
-    later = min(int(p.name.split("-")[1]) for p in (one / "checkpoints").glob("step-*")
-                if step < int(p.name.split("-")[1]) < STEPS)
-    assert json.loads((one / "checkpoints" / f"step-{later}" / "exatrain.json").read_text())["world_size"] == 1
+    later = min(
+        int(p.name.split("-")[1])
+        for p in (one / "checkpoints").glob("step-*")
+        if step < int(p.name.split("-")[1]) < STEPS
+    )
+    assert (
+        json.loads((one / "checkpoints" / f"step-{later}" / "exatrain.json").read_text())["world_size"] == 1
+    )
     two = tmp_path / "two"
     shutil.copytree(one / "checkpoints" / f"step-{later}", two / "checkpoints" / f"step-{later}")
     r = _train(tmp_path, two, 2, "--checkpoint.resume=auto")

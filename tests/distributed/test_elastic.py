@@ -18,9 +18,19 @@ from tests.distributed.helpers import batch_digests, train_losses, train_records
 pytestmark = pytest.mark.dist
 
 STEPS, INTERVAL, KILL_AFTER = 80, 10, 15
-ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-        "--train.warmup_steps=2", "--data.seq_len=32", f"--checkpoint.interval={INTERVAL}", "--checkpoint.keep=2"]
+ARGS = [
+    f"--train.steps={STEPS}",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    f"--checkpoint.interval={INTERVAL}",
+    "--checkpoint.keep=2",
+]
 
 
 def _last_step(run_dir) -> int:
@@ -40,7 +50,9 @@ def test_killed_worker_is_restarted_and_the_run_finishes_like_an_uninterrupted_o
     assert full.returncode == 0, full.stdout + full.stderr
 
     run = tmp_path / "elastic"
-    with started_exatrain(["train", "--nproc=2", "--max-restarts=1", f"--run.dir={run}", *ARGS], cwd=tmp_path) as proc:
+    with started_exatrain(
+        ["train", "--nproc=2", "--max-restarts=1", f"--run.dir={run}", *ARGS], cwd=tmp_path
+    ) as proc:
         # generous: workers import torch and join first; on a loaded 2-core machine that alone took minutes
         wait_for(lambda: _last_step(run) >= KILL_AFTER, 420, f"step {KILL_AFTER}", proc)
         victim = worker_pid(proc.pid, rank=1)
@@ -61,6 +73,8 @@ def test_killed_worker_is_restarted_and_the_run_finishes_like_an_uninterrupted_o
     # the restarted group cut metrics.jsonl back to its checkpoint: every step once, in order
     assert [m["step"] for m in train_records(run)] == list(range(1, STEPS + 1))
     expected, got = train_losses(tmp_path / "full"), train_losses(run)
-    assert batch_digests(run) == batch_digests(tmp_path / "full"), "a sample skipped or repeated across the restart"
+    assert batch_digests(run) == batch_digests(tmp_path / "full"), (
+        "a sample skipped or repeated across the restart"
+    )
     assert max(abs(expected[s] - got[s]) for s in got) <= 1e-5, (expected, got)
     assert json.loads((run / "summary.json").read_text())["weights_in_sync"]

@@ -18,17 +18,41 @@ pytestmark = pytest.mark.dist
 
 def test_fsdp_tp_run_gathers_its_weights_without_the_warning(tmp_path):
     run = tmp_path / "run"
-    r = run_exatrain(["train", "--nproc=4", "--parallel.dp_replicate=1", "--parallel.dp_shard=2", "--parallel.tp=2",
-                      "--parallel.sequence_parallel=true", "--train.micro_batch_size=8", "--data.seq_len=64",
-                      "--train.steps=2", "--train.eval_every=0", "--train.eval_at_start=false",
-                      f"--run.dir={run}"], cwd=tmp_path)
+    r = run_exatrain(
+        [
+            "train",
+            "--nproc=4",
+            "--parallel.dp_replicate=1",
+            "--parallel.dp_shard=2",
+            "--parallel.tp=2",
+            "--parallel.sequence_parallel=true",
+            "--train.micro_batch_size=8",
+            "--data.seq_len=64",
+            "--train.steps=2",
+            "--train.eval_every=0",
+            "--train.eval_at_start=false",
+            f"--run.dir={run}",
+        ],
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "inconsistent results between ranks" not in r.stdout + r.stderr
     final = torch.load(run / "final.pt")
     # whole tensors under the plain model's names and shapes (one process, the same model)
     single = tmp_path / "single"
-    one = run_exatrain(["train", "--nproc=1", "--train.micro_batch_size=8", "--data.seq_len=64", "--train.steps=2",
-                        "--train.eval_every=0", "--train.eval_at_start=false", f"--run.dir={single}"], cwd=tmp_path)
+    one = run_exatrain(
+        [
+            "train",
+            "--nproc=1",
+            "--train.micro_batch_size=8",
+            "--data.seq_len=64",
+            "--train.steps=2",
+            "--train.eval_every=0",
+            "--train.eval_at_start=false",
+            f"--run.dir={single}",
+        ],
+        cwd=tmp_path,
+    )
     assert one.returncode == 0, one.stderr
     plain = torch.load(single / "final.pt")
     assert {k: tuple(v.shape) for k, v in final.items()} == {k: tuple(v.shape) for k, v in plain.items()}

@@ -30,12 +30,35 @@ def _line_of(marker: str, script: Path = SCRIPT) -> int:
     return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if marker in line)
 
 
-def _start(tmp: Path, name: str, nproc: int, timeout_s: float, args: list[str], script: Path = SCRIPT,
-           options: tuple[str, ...] = ()) -> subprocess.Popen:
-    command = [sys.executable, "-m", "exatrain.cli.main", "run", f"--nproc={nproc}", f"--hang-timeout={timeout_s}",
-               f"--run-dir={tmp / name}", *options, str(script), *args]
-    return subprocess.Popen(command, cwd=tmp, env=clean_environment({"OMP_NUM_THREADS": "1"}), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _start(
+    tmp: Path,
+    name: str,
+    nproc: int,
+    timeout_s: float,
+    args: list[str],
+    script: Path = SCRIPT,
+    options: tuple[str, ...] = (),
+) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "exatrain.cli.main",
+        "run",
+        f"--nproc={nproc}",
+        f"--hang-timeout={timeout_s}",
+        f"--run-dir={tmp / name}",
+        *options,
+        str(script),
+        *args,
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=tmp,
+        env=clean_environment({"OMP_NUM_THREADS": "1"}),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +69,15 @@ def runs(tmp_path_factory):
     # steps of 2.5 s against a 6 s timeout: warned about at the start, yet never taken for a hang
     procs["slow"] = _start(tmp, "slow", 2, 6, ["none", "5", "2.5"])
     # restarts allowed: rank 1 of 2 sleeps at step 7 of the first attempt; checkpoints every 5 steps
-    procs["restart"] = _start(tmp, "restart", 2, 8, [str(tmp / "restart"), "12"], script=RESTART_SCRIPT,
-                              options=["--max-restarts=1"])
+    procs["restart"] = _start(
+        tmp,
+        "restart",
+        2,
+        8,
+        [str(tmp / "restart"), "12"],
+        script=RESTART_SCRIPT,
+        options=["--max-restarts=1"],
+    )
     results = {}
     try:
         for name, proc in procs.items():
@@ -74,10 +104,14 @@ def test_a_stalled_rank_is_named_with_its_line(runs, how):
         # detected after the timeout, and within the bound (timeout + 30 s)
         assert report["step"] == 7 and TIMEOUT_S <= report["stalled_s"] < TIMEOUT_S + 30, report
         stacks = (attempt / f"stacks-rank-{r}.txt").read_text()
-        assert f"hang_loop.py\", line {_line_of('dist.all_reduce(t)')} in main" in stacks
+        assert f'hang_loop.py", line {_line_of("dist.all_reduce(t)")} in main' in stacks
     stall_line = _line_of(f"STALL-LINE {how}")
-    stacks = (attempt / "stacks-rank-2.txt").read_text()  # faulthandler's, or py-spy's for the stopped process
-    assert (f"hang_loop.py\", line {stall_line} in stall" in stacks or f"hang_loop.py:{stall_line})" in stacks), stacks
+    stacks = (
+        attempt / "stacks-rank-2.txt"
+    ).read_text()  # faulthandler's, or py-spy's for the stopped process
+    assert (
+        f'hang_loop.py", line {stall_line} in stall' in stacks or f"hang_loop.py:{stall_line})" in stacks
+    ), stacks
 
 
 def test_the_stopped_rank_is_found_by_its_stale_heartbeat(runs):
@@ -101,6 +135,9 @@ def test_with_restarts_the_job_resumes_from_the_last_checkpoint_and_loses_nothin
     code, out, err, run_dir = runs["restart"]
     assert code == 0, out[-2000:] + err[-4000:]
     diagnosis = (run_dir / "hang" / "attempt-0" / "diagnosis.txt").read_text()
-    assert "rank 1 (" in diagnosis and f"hang_restart_loop.py:{_line_of('STALL-LINE', RESTART_SCRIPT)} " in diagnosis
+    assert (
+        "rank 1 (" in diagnosis
+        and f"hang_restart_loop.py:{_line_of('STALL-LINE', RESTART_SCRIPT)} " in diagnosis
+    )
     assert "attempt 1 ran steps 6-12, total 156" in out
     assert not (run_dir / "hang" / "attempt-1" / "diagnosis.txt").exists()

@@ -13,9 +13,18 @@ from tests.distributed.cli_runs import max_diff, train_run
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=4", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--train.grad_clip=0.5", "--data.seq_len=32"]
+COMMON = [
+    "--train.steps=4",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--train.grad_clip=0.5",
+    "--data.seq_len=32",
+]
 
 
 def test_horovod_is_installed():
@@ -35,6 +44,7 @@ def test_two_horovod_ranks_match_ddp_and_resume(tmp_path):
     assert max_diff(hvd["grad_norms"], ddp["grad_norms"]) <= 1e-5
     assert max((hvd["final"][k] - ddp["final"][k]).abs().max().item() for k in ddp["final"]) <= 5e-5
     import shutil
+
     (tmp_path / "again" / "checkpoints").mkdir(parents=True)
     shutil.copytree(hvd["dir"] / "checkpoints" / "step-2", tmp_path / "again" / "checkpoints" / "step-2")
     again = train_run(tmp_path, "again", 2, [*COMMON, "--engine.name=horovod", "--checkpoint.resume=auto"])

@@ -17,8 +17,17 @@ from tests.unit.test_observe_gpu_monitor import STAND_IN
 pytestmark = pytest.mark.dist
 
 # what a host-device sync or a cross-rank exchange goes through: counted per step while the loop runs
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-               "reduce", "barrier", "gather", "reduce_scatter")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "broadcast",
+    "reduce",
+    "barrier",
+    "gather",
+    "reduce_scatter",
+)
 TENSOR_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "cpu", "numpy")
 
 
@@ -41,6 +50,7 @@ class Counter:
         def counted(*args, **kwargs):
             self.calls.append(name)
             return original(*args, **kwargs)
+
         return counted
 
     def __exit__(self, *exc):
@@ -105,15 +115,27 @@ def test_no_sync_between_log_steps_and_global_rates(tmp_path):
     assert rec["tokens_per_s"] == pytest.approx(rec["samples_per_s"] * 8)
     assert rec["slowest_rank"] == 1 and rec["rank_skew_s"] > 0
     # the straggler by its data phase: >= 0.2 s more per step than the median rank (the lower one of 2)
-    assert rec["straggler_rank"] == 1 and rec["straggler_phase"] == "data" and rec["straggler_excess_s"] >= 0.2
-    assert rec["straggler_ratio"] == pytest.approx(rec["step_s"] / (rec["step_s"] - rec["straggler_excess_s"]))
+    assert (
+        rec["straggler_rank"] == 1 and rec["straggler_phase"] == "data" and rec["straggler_excess_s"] >= 0.2
+    )
+    assert rec["straggler_ratio"] == pytest.approx(
+        rec["step_s"] / (rec["step_s"] - rec["straggler_excess_s"])
+    )
     # the breakdown is the mean over ranks: rank 1 waits >= 0.2 s per step for data, rank 0 barely
     assert rec["time_data_s"] >= 0.1
     assert rec["mfu"] is None and rec["peak_mem_gib"] is None  # CPU: no peak FLOP/s, no device memory
 
 
-TRAIN = ["--train.steps=5", "--train.eval_every=0", "--train.eval_at_start=false", "--train.eval_batches=2",
-         "--train.global_batch_size=8", "--train.micro_batch_size=4", "--train.warmup_steps=2", "--data.seq_len=16"]
+TRAIN = [
+    "--train.steps=5",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=16",
+]
 
 
 def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
@@ -130,9 +152,18 @@ def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(STAND_IN)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    r = exatrain_cli("train", "--nproc=2", f"--run.dir={sparse}", "--train.log_every=2", "--profiler.ranks=last",
-                     "--profiler.steps=2-3", "--observe.monitor_interval_s=0.1", "--run.hang_timeout_s=120", *TRAIN,
-                     env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    r = exatrain_cli(
+        "train",
+        "--nproc=2",
+        f"--run.dir={sparse}",
+        "--train.log_every=2",
+        "--profiler.ranks=last",
+        "--profiler.steps=2-3",
+        "--observe.monitor_interval_s=0.1",
+        "--run.hang_timeout_s=120",
+        *TRAIN,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     losses = {m["step"]: m["loss"] for m in read_metrics(every / "metrics.jsonl") if m["kind"] == "train"}
     records = {m["step"]: m for m in read_metrics(sparse / "metrics.jsonl") if m["kind"] == "train"}

@@ -13,9 +13,19 @@ from tests.distributed.helpers import batch_digests, train_losses
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=4", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=2", "--checkpoint.keep=0"]
+COMMON = [
+    "--train.steps=4",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    "--checkpoint.interval=2",
+    "--checkpoint.keep=0",
+]
 TOL = 1e-5
 
 
@@ -24,21 +34,36 @@ def fsdp_run(tmp_path_factory):
     """4 steps of FSDP on 2 ranks, checkpoints at steps 2 and 4."""
     tmp = tmp_path_factory.mktemp("fsdp_ckpt")
     run = tmp / "fsdp"
-    r = run_exatrain(["train", "--nproc=2", f"--run.dir={run}", *COMMON, "--parallel.dp_replicate=1",
-                      "--parallel.dp_shard=2"], cwd=tmp)
+    r = run_exatrain(
+        [
+            "train",
+            "--nproc=2",
+            f"--run.dir={run}",
+            *COMMON,
+            "--parallel.dp_replicate=1",
+            "--parallel.dp_shard=2",
+        ],
+        cwd=tmp,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     return run
 
 
-@pytest.mark.parametrize("nproc, layout", [
-    (1, []),
-    (2, ["--parallel.dp_replicate=1", "--parallel.tp=2"]),
-], ids=["single_process", "tensor_parallel"])
+@pytest.mark.parametrize(
+    "nproc, layout",
+    [
+        (1, []),
+        (2, ["--parallel.dp_replicate=1", "--parallel.tp=2"]),
+    ],
+    ids=["single_process", "tensor_parallel"],
+)
 def test_fsdp_checkpoint_resumes_in_another_layout(fsdp_run, tmp_path, nproc, layout):
     run = tmp_path / "resumed"
     shutil.copytree(fsdp_run / "checkpoints" / "step-2", run / "checkpoints" / "step-2")
-    r = run_exatrain(["train", f"--nproc={nproc}", f"--run.dir={run}", *COMMON, *layout, "--checkpoint.resume=auto"],
-                     cwd=tmp_path)
+    r = run_exatrain(
+        ["train", f"--nproc={nproc}", f"--run.dir={run}", *COMMON, *layout, "--checkpoint.resume=auto"],
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert "resumed from" in r.stdout and "at step 2" in r.stdout
     full, resumed = train_losses(fsdp_run), train_losses(run)

@@ -23,8 +23,10 @@ def _worker(rank, world, env, out):
     for name, overrides in LAYOUTS.items():
         dims = ParallelDims.from_config(load_config(None, overrides).parallel, world)
         dims.build_mesh("cpu")
-        result[name] = {n: (None if dims.mesh(n) is None else dims.mesh(n).size(), dims.coordinate(n))
-                        for n in ("pp", "dp_replicate", "dp_shard", "tp", "dp")}
+        result[name] = {
+            n: (None if dims.mesh(n) is None else dims.mesh(n).size(), dims.coordinate(n))
+            for n in ("pp", "dp_replicate", "dp_shard", "tp", "dp")
+        }
         fsdp = dims.mesh("fsdp")
         result[name]["fsdp_ndim"] = fsdp.ndim
     teardown()

@@ -31,9 +31,18 @@ from tests.distributed.cli_runs import assert_same_training, describe_diffs, max
 pytestmark = pytest.mark.dist
 
 STEPS = 4
-COMMON = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=4", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--train.grad_clip=0.5"]
+COMMON = [
+    f"--train.steps={STEPS}",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=4",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    "--train.grad_clip=0.5",
+]
 LOSS_TOL = 2e-6  # the README's "within 2e-6" (module docstring)
 WEIGHT_TOL = 1e-4
 BF16_TOL = 2e-2
@@ -43,17 +52,45 @@ ONE_D = ["--parallel.dp_replicate=1"]
 LAYOUTS = {  # name: (ranks, overrides)
     "ddp": (2, ["--parallel.dp_replicate=2"]),
     "fsdp": (2, [*ONE_D, "--parallel.dp_shard=2"]),
-    "fsdp_no_reshard_cpu_offload": (2, [*ONE_D, "--parallel.dp_shard=2", "--parallel.fsdp_reshard_after_forward=false",
-                                        "--parallel.cpu_offload=true"]),
-    "fsdp_ac_full_compile": (2, [*ONE_D, "--parallel.dp_shard=2", "--parallel.activation_checkpoint=full",
-                                 "--parallel.compile=true", "--parallel.compile_backend=aot_eager"]),
+    "fsdp_no_reshard_cpu_offload": (
+        2,
+        [
+            *ONE_D,
+            "--parallel.dp_shard=2",
+            "--parallel.fsdp_reshard_after_forward=false",
+            "--parallel.cpu_offload=true",
+        ],
+    ),
+    "fsdp_ac_full_compile": (
+        2,
+        [
+            *ONE_D,
+            "--parallel.dp_shard=2",
+            "--parallel.activation_checkpoint=full",
+            "--parallel.compile=true",
+            "--parallel.compile_backend=aot_eager",
+        ],
+    ),
     "hsdp": (4, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
-    "tp_ac_every2": (2, [*ONE_D, "--parallel.tp=2", "--parallel.activation_checkpoint=every",
-                         "--parallel.activation_checkpoint_every=2"]),
+    "tp_ac_every2": (
+        2,
+        [
+            *ONE_D,
+            "--parallel.tp=2",
+            "--parallel.activation_checkpoint=every",
+            "--parallel.activation_checkpoint_every=2",
+        ],
+    ),
     "tp_sp": (2, [*ONE_D, "--parallel.tp=2", "--parallel.sequence_parallel=true"]),
     "tp_loss_parallel": (2, [*ONE_D, "--parallel.tp=2", "--parallel.loss_parallel=true"]),
-    "fsdp2_x_tp2_sp": (4, [*ONE_D, "--parallel.dp_shard=2", "--parallel.tp=2", "--parallel.sequence_parallel=true"]),
-    "ddp2_x_tp2_loss_parallel": (4, ["--parallel.dp_replicate=2", "--parallel.tp=2", "--parallel.loss_parallel=true"]),
+    "fsdp2_x_tp2_sp": (
+        4,
+        [*ONE_D, "--parallel.dp_shard=2", "--parallel.tp=2", "--parallel.sequence_parallel=true"],
+    ),
+    "ddp2_x_tp2_loss_parallel": (
+        4,
+        ["--parallel.dp_replicate=2", "--parallel.tp=2", "--parallel.loss_parallel=true"],
+    ),
 }
 
 
@@ -98,8 +135,11 @@ UNEVEN_TOL = LOSS_TOL  # the README's number holds for uneven shapes too
 # the uneven model: width 96 with 6 heads, so tp=2 gives each rank 3 heads (an odd count), and the TP degree 3
 # (2 heads per rank) splits the odd vocabulary (299 rows) and the 32 positions unevenly over its ranks
 UNEVEN_MODEL = ["--model.dim=96", "--model.n_heads=6"]
-UNEVEN = {"fsdp": LAYOUTS["fsdp"], "tp_loss_parallel": LAYOUTS["tp_loss_parallel"],
-          "tp3": (3, [*ONE_D, "--parallel.tp=3"])}
+UNEVEN = {
+    "fsdp": LAYOUTS["fsdp"],
+    "tp_loss_parallel": LAYOUTS["tp_loss_parallel"],
+    "tp3": (3, [*ONE_D, "--parallel.tp=3"]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +168,9 @@ def test_uneven_shapes_match_single_process(tmp, uneven_corpus, uneven_reference
     vocab, dim = uneven_reference["final"]["tok_embeddings.weight"].shape
     assert vocab % 2 == 1 and vocab % 3 and dim == 96, f"vocabulary {vocab} should be odd and not divide by 3"
     run = _train(tmp, f"uneven_{name}", nproc, [*uneven_corpus, *overrides])
-    print(f"uneven (vocabulary {vocab}, 6 heads of width 16), {name}: {describe_diffs(run, uneven_reference)}")
+    print(
+        f"uneven (vocabulary {vocab}, 6 heads of width 16), {name}: {describe_diffs(run, uneven_reference)}"
+    )
     worst, _ = assert_same_training(run, uneven_reference, UNEVEN_TOL, GRAD_NORM_TOL)
     print(f"uneven {name}: max weight diff {worst:.1e}")
     assert worst <= WEIGHT_TOL, f"max weight difference {worst}"

@@ -19,7 +19,11 @@ pytestmark = pytest.mark.dist
 
 LAYOUTS = {
     "tp": ["--parallel.dp_replicate=1", "--parallel.tp=2"],
-    "fsdp_ac": ["--parallel.dp_replicate=1", "--parallel.dp_shard=2", "--parallel.activation_checkpoint=full"],
+    "fsdp_ac": [
+        "--parallel.dp_replicate=1",
+        "--parallel.dp_shard=2",
+        "--parallel.activation_checkpoint=full",
+    ],
 }
 
 

@@ -18,8 +18,8 @@ import torch
 
 from exatrain.config import load_config
 from exatrain.distributed import init_distributed, teardown
-from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.distributed.grad_norm import clip_grad_norm_
+from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.distributed.pipeline import Pipeline, gather_full_state_dict, stage_ids
 from exatrain.models import model_shape
 from exatrain.models.pipeline_split import split_for_stages, stage_layer_ranges
@@ -57,7 +57,7 @@ def _run_case(pp_rank, pp, pp_mesh, schedule, spr, n_layers, microbatches):
     losses, norms = [], []
     for step in range(STEPS):
         x, y = _batch(step)
-        micro = [(x[i:i + MICRO], y[i:i + MICRO]) for i in range(0, GLOBAL, MICRO)]
+        micro = [(x[i : i + MICRO], y[i : i + MICRO]) for i in range(0, GLOBAL, MICRO)]
         losses.append(pipe.forward_backward(micro).item())
         norms.append(clip_grad_norm_(rank_model.parameters(), CLIP, pp_mesh=pp_mesh).item())
         opt.step()
@@ -70,7 +70,9 @@ def _run_case(pp_rank, pp, pp_mesh, schedule, spr, n_layers, microbatches):
 def _worker(rank, world, env, out):
     torch.set_num_threads(1)
     init_distributed(env, "cpu", timeout_s=120)
-    dims = ParallelDims.from_config(load_config(None, [f"--parallel.pp={world}", "--parallel.dp_replicate=1"]).parallel, world)
+    dims = ParallelDims.from_config(
+        load_config(None, [f"--parallel.pp={world}", "--parallel.dp_replicate=1"]).parallel, world
+    )
     dims.build_mesh("cpu")
     for schedule, spr, n_layers, mbs in CASES[world]:
         result, full = _run_case(dims.coordinate("pp"), world, dims.mesh("pp"), schedule, spr, n_layers, mbs)
@@ -120,7 +122,9 @@ def test_pipeline_schedules_match_single_process(pp, tmp_path):
         plain.load_state_dict(full)  # strict: the gathered dict is a whole plain model
         with torch.no_grad():
             plain_eval = plain(*_batch(99, MICRO)).item()
-        print(f"{schedule} pp={pp}: plain model from the gathered state, eval diff {abs(plain_eval - got['eval']):.1e}")
+        print(
+            f"{schedule} pp={pp}: plain model from the gathered state, eval diff {abs(plain_eval - got['eval']):.1e}"
+        )
         assert abs(plain_eval - got["eval"]) <= LOSS_TOL
 
 
@@ -131,7 +135,9 @@ def test_stage_split_is_balanced_and_keeps_names():
     rank_model, chunks = split_for_stages(model, [1, 3], 4)  # interleaved rank 1 of pp=2
     assert [list(c.layers) for c in chunks] == [["1"], ["3"]]
     assert chunks[0].tok_embeddings is None and chunks[0].output is None and chunks[1].output is not None
-    assert set(rank_model.state_dict()) == {k for k in model.state_dict() if k.startswith(("layers.1.", "layers.3.", "norm.", "output."))}
+    assert set(rank_model.state_dict()) == {
+        k for k in model.state_dict() if k.startswith(("layers.1.", "layers.3.", "norm.", "output."))
+    }
     assert chunks[1].output.weight is model.output.weight  # shared, not copied
     assert list(model.layers) == ["0", "1", "2", "3"]  # the source model is untouched
     x, y = _batch(0, 2)

@@ -27,23 +27,53 @@ from tests.distributed.cli_runs import assert_same_training, describe_diffs, max
 pytestmark = pytest.mark.dist
 
 STEPS = 4
-COMMON = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=4", "--train.global_batch_size=16", "--train.micro_batch_size=4",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--model.n_layers=4", "--train.grad_clip=0.5"]
+COMMON = [
+    f"--train.steps={STEPS}",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=4",
+    "--train.global_batch_size=16",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    "--model.n_layers=4",
+    "--train.grad_clip=0.5",
+]
 LOSS_TOL = GRAD_NORM_TOL = 2e-6  # the README's 2e-6 (module docstring)
 WEIGHT_MEAN_TOL, WEIGHT_MAX_TOL = 1e-6, 5e-4
 PP_ONLY = ["--parallel.dp_replicate=1"]
 LAYOUTS = {  # name: (ranks, overrides)
     # also writes a DCP checkpoint at step 2 (test_pipeline_checkpoint_resumes_in_one_process)
-    "pp2_gpipe": (2, [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=gpipe", "--checkpoint.interval=2"]),
-    "pp2_interleaved_1f1b_ac": (2, [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=interleaved_1f1b",
-                                    "--parallel.pp_stages_per_rank=2", "--parallel.activation_checkpoint=full"]),
+    "pp2_gpipe": (
+        2,
+        [*PP_ONLY, "--parallel.pp=2", "--parallel.pp_schedule=gpipe", "--checkpoint.interval=2"],
+    ),
+    "pp2_interleaved_1f1b_ac": (
+        2,
+        [
+            *PP_ONLY,
+            "--parallel.pp=2",
+            "--parallel.pp_schedule=interleaved_1f1b",
+            "--parallel.pp_stages_per_rank=2",
+            "--parallel.activation_checkpoint=full",
+        ],
+    ),
     "pp4_1f1b": (4, [*PP_ONLY, "--parallel.pp=4", "--parallel.pp_schedule=1f1b"]),
     "pp2_x_ddp2": (4, ["--parallel.pp=2", "--parallel.dp_replicate=2"]),
     "pp2_x_fsdp2": (4, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2"]),
     # the one 8-rank case: 3-D, with sequence parallel and loss parallel on the TP dimension
-    "pp2_x_fsdp2_x_tp2_sp_lp": (8, [*PP_ONLY, "--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.tp=2",
-                                    "--parallel.sequence_parallel=true", "--parallel.loss_parallel=true"]),
+    "pp2_x_fsdp2_x_tp2_sp_lp": (
+        8,
+        [
+            *PP_ONLY,
+            "--parallel.pp=2",
+            "--parallel.dp_shard=2",
+            "--parallel.tp=2",
+            "--parallel.sequence_parallel=true",
+            "--parallel.loss_parallel=true",
+        ],
+    ),
 }
 
 
@@ -71,6 +101,7 @@ def layout_run(tmp):
         if name not in runs:
             runs[name] = _train(tmp, name, *LAYOUTS[name])
         return runs[name]
+
     return get
 
 
@@ -82,7 +113,9 @@ def test_pipeline_layout_matches_single_process(reference, layout_run, name):
     # includes: final.pt (gathered across stages and shards) loads into a plain model with the run's eval loss
     worst, mean = assert_same_training(run, reference, LOSS_TOL, GRAD_NORM_TOL)
     print(f"{name}: weight diffs mean {mean:.1e}, max {worst:.1e}")
-    assert mean <= WEIGHT_MEAN_TOL and worst <= WEIGHT_MAX_TOL, f"weight differences: mean {mean}, max {worst}"
+    assert mean <= WEIGHT_MEAN_TOL and worst <= WEIGHT_MAX_TOL, (
+        f"weight differences: mean {mean}, max {worst}"
+    )
 
 
 def test_pipeline_checkpoint_resumes_in_one_process(reference, layout_run, tmp):
@@ -91,12 +124,20 @@ def test_pipeline_checkpoint_resumes_in_one_process(reference, layout_run, tmp):
     resumed = _train(tmp, "resumed_1proc", 1, [f"--checkpoint.resume={step2}"])
     print(f"resumed: max loss diff {max_diff(resumed['losses'], reference['losses'][2:]):.1e}")
     # steps 3 and 4 only, as the uninterrupted run had them
-    assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (resumed["losses"], reference["losses"])
+    assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (
+        resumed["losses"],
+        reference["losses"],
+    )
 
 
 def test_single_process_checkpoint_resumes_as_pipeline(reference, tmp):
     step2 = reference["dir"] / "checkpoints" / "step-2"
-    resumed = _train(tmp, "resumed_pp2_x_fsdp2", 4, [*LAYOUTS["pp2_x_fsdp2"][1], f"--checkpoint.resume={step2}"])
+    resumed = _train(
+        tmp, "resumed_pp2_x_fsdp2", 4, [*LAYOUTS["pp2_x_fsdp2"][1], f"--checkpoint.resume={step2}"]
+    )
     print(f"resumed: max loss diff {max_diff(resumed['losses'], reference['losses'][2:]):.1e}")
     # steps 3 and 4 only, as the uninterrupted run had them
-    assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (resumed["losses"], reference["losses"])
+    assert max_diff(resumed["losses"], reference["losses"][2:]) <= LOSS_TOL, (
+        resumed["losses"],
+        reference["losses"],
+    )

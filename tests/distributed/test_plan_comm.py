@@ -30,16 +30,29 @@ from tests.distributed.helpers import spawn
 
 pytestmark = pytest.mark.dist
 
-BASE = ["--model.size=tiny", "--data.seq_len=16", "--train.micro_batch_size=1", "--train.global_batch_size=4",
-        "--train.precision=fp32"]
+BASE = [
+    "--model.size=tiny",
+    "--data.seq_len=16",
+    "--train.micro_batch_size=1",
+    "--train.global_batch_size=4",
+    "--train.precision=fp32",
+]
 LAYOUTS = {
-    2: {"ddp": ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"],
+    2: {
+        "ddp": ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"],
         "fsdp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"],
-        "tp_sp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.tp=2",
-                  "--parallel.sequence_parallel=true"]},
-    4: {"hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"],
+        "tp_sp": [
+            "--parallel.dp_replicate=1",
+            "--parallel.dp_shard=1",
+            "--parallel.tp=2",
+            "--parallel.sequence_parallel=true",
+        ],
+    },
+    4: {
+        "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"],
         "fsdp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=2", "--parallel.tp=2"],
-        "ddp_tp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--parallel.tp=2"]},
+        "ddp_tp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--parallel.tp=2"],
+    },
 }
 DTYPE_BYTES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Bool": 1}
 GLOO_KIND = {"reduce_scatter": "all_reduce"}  # gloo's reduce_scatter_tensor is an all-reduce (docstring)
@@ -54,7 +67,9 @@ def _trace():
 
 
 def _nbytes(sizes, dtypes) -> int:
-    return sum(int(torch.tensor(s).prod()) * DTYPE_BYTES[d] if s else DTYPE_BYTES[d] for s, d in zip(sizes, dtypes))
+    return sum(
+        int(torch.tensor(s).prod()) * DTYPE_BYTES[d] if s else DTYPE_BYTES[d] for s, d in zip(sizes, dtypes)
+    )
 
 
 def _group_ranks() -> dict[str, list[int]]:

@@ -29,20 +29,41 @@ from tests.distributed.helpers import spawn
 pytestmark = pytest.mark.dist
 
 SEQ = 32
-BASE = ["--model.size=small", f"--data.seq_len={SEQ}", "--train.micro_batch_size=2", "--train.global_batch_size=8",
-        "--train.precision=fp32"]
+BASE = [
+    "--model.size=small",
+    f"--data.seq_len={SEQ}",
+    "--train.micro_batch_size=2",
+    "--train.global_batch_size=8",
+    "--train.precision=fp32",
+]
 LAYOUTS = {  # name -> overrides; the world size comes from the test
     "fsdp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"],
     "ddp": ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"],
-    "tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.tp=2"],  # W=2: TP alone; W=4: FSDP x TP
-    "pp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1", "--parallel.pp=2"],  # W=2: PP alone; W=4: PP x FSDP
+    "tp": [
+        "--parallel.dp_replicate=1",
+        "--parallel.dp_shard=-1",
+        "--parallel.tp=2",
+    ],  # W=2: TP alone; W=4: FSDP x TP
+    "pp": [
+        "--parallel.dp_replicate=1",
+        "--parallel.dp_shard=-1",
+        "--parallel.pp=2",
+    ],  # W=2: PP alone; W=4: PP x FSDP
 }
-ONLY_AT_2 = {"tp_sp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.tp=2",
-                       "--parallel.sequence_parallel=true"]}
+ONLY_AT_2 = {
+    "tp_sp": [
+        "--parallel.dp_replicate=1",
+        "--parallel.dp_shard=1",
+        "--parallel.tp=2",
+        "--parallel.sequence_parallel=true",
+    ]
+}
 ACTIVATIONS_AT_2 = ("tp", "tp_sp")  # layouts whose saved tensors are measured (W = 2: TP alone, TP + SP)
 ACTIVATION_TOL = 0.10
-ONLY_AT_4 = {"pp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.pp=2", "--parallel.tp=2"],
-             "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]}
+ONLY_AT_4 = {
+    "pp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", "--parallel.pp=2", "--parallel.tp=2"],
+    "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"],
+}
 
 
 def _layouts(world: int) -> dict:
@@ -50,7 +71,9 @@ def _layouts(world: int) -> dict:
 
 
 def _config(layout: str, run_dir):
-    return load_config(None, BASE + {**LAYOUTS, **ONLY_AT_2, **ONLY_AT_4}[layout] + [f"--run.dir={run_dir}/{layout}"])
+    return load_config(
+        None, BASE + {**LAYOUTS, **ONLY_AT_2, **ONLY_AT_4}[layout] + [f"--run.dir={run_dir}/{layout}"]
+    )
 
 
 def _saved_activation_bytes(trainer) -> int:
@@ -99,6 +122,7 @@ def real_ranks(tmp_path_factory):
             spawn(_worker, world, tmp)
             done[world] = tmp, [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
         return done[world]
+
     return measure
 
 
@@ -110,14 +134,22 @@ def test_plan_matches_real_ranks(real_ranks, world):
         per_pp_rank = world // len(plan.ranks)  # plan.ranks: rank 0 of each pipeline rank's group
         for r, ranks_layouts in enumerate(real):
             # activations: checked by test_tp_activation_estimate_matches_saved_tensors
-            measured = {k: {n: v for n, v in m.items() if n != "activations"} for k, m in ranks_layouts.items()}
+            measured = {
+                k: {n: v for n, v in m.items() if n != "activations"} for k, m in ranks_layouts.items()
+            }
             p = plan.ranks[r // per_pp_rank]
             planned = {"params": p.params, "grads": p.grads, "optimizer": p.optimizer}
             if r % per_pp_rank == 0:  # the rank the plan describes: equal to the byte, part by part
                 assert planned == measured[layout], (layout, world, r, planned, measured[layout])
             else:  # other ranks of its group may hold a shard one row shorter (FSDP pads uneven dims)
                 held = sum(measured[layout].values())
-                assert abs(sum(planned.values()) - held) <= 0.01 * held, (layout, world, r, planned, measured[layout])
+                assert abs(sum(planned.values()) - held) <= 0.01 * held, (
+                    layout,
+                    world,
+                    r,
+                    planned,
+                    measured[layout],
+                )
     # the layouts really differ: FSDP holds about 1/world of DDP's bytes on every rank
     fsdp, ddp = sum(real[0]["fsdp"].values()), sum(real[0]["ddp"].values())
     assert fsdp < ddp / world * 1.1
@@ -131,5 +163,7 @@ def test_tp_activation_estimate_matches_saved_tensors(real_ranks, layout):
     estimate = make_plan(_config(layout, tmp_path), 2).ranks[0].activation_per_microbatch
     for rank, measured in enumerate(real):
         saved = measured[layout]["activations"]
-        print(f"{layout} rank {rank}: estimate {estimate} B, saved tensors {saved} B ({estimate / saved:.3f})")
+        print(
+            f"{layout} rank {rank}: estimate {estimate} B, saved tensors {saved} B ({estimate / saved:.3f})"
+        )
         assert abs(estimate - saved) <= ACTIVATION_TOL * saved, (layout, rank, estimate, saved)

@@ -14,14 +14,25 @@ from tests.distributed.helpers import train_losses
 
 pytestmark = pytest.mark.dist
 
-ARGS = ["--train.steps=60", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.global_batch_size=8", "--train.micro_batch_size=4",
-        "--train.warmup_steps=2", "--data.seq_len=16", "--train.save_model=false"]
+ARGS = [
+    "--train.steps=60",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=4",
+    "--train.warmup_steps=2",
+    "--data.seq_len=16",
+    "--train.save_model=false",
+]
 
 
 def _step(run):
     try:
-        return max((m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0)
+        return max(
+            (m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0
+        )
     except (OSError, ValueError):
         return 0
 
@@ -39,8 +50,9 @@ def test_usr2_checkpoints_exits_75_and_the_resumed_run_matches(tmp_path):
     step = int(out.split("checkpointing at step ")[1].split()[0])
     assert 3 <= step < 60
 
-    resumed = run_exatrain(["train", "--nproc=2", f"--run.dir={run}", "--checkpoint.resume=auto", *ARGS],
-                           cwd=tmp_path)
+    resumed = run_exatrain(
+        ["train", "--nproc=2", f"--run.dir={run}", "--checkpoint.resume=auto", *ARGS], cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resumed from" in resumed.stdout
     reference = tmp_path / "reference"

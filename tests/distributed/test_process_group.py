@@ -1,18 +1,23 @@
 """exatrain.distributed on real gloo process groups started without torchrun (the srun/mpirun path)."""
 
 import json
-from pathlib import Path
-import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
-from exatrain.distributed import (
-    all_gather_objects, init_distributed, mean_across_ranks, print0, save0, select_backend, select_device,
-    sum_across_ranks, teardown,
-)
 from exatrain.config import JobConfig
+from exatrain.distributed import (
+    all_gather_objects,
+    init_distributed,
+    mean_across_ranks,
+    print0,
+    save0,
+    select_backend,
+    select_device,
+    sum_across_ranks,
+    teardown,
+)
 from exatrain.distributed.affinity import check_affinity
 from exatrain.env import detect_environment
 from exatrain.errors import ExatrainError
@@ -21,7 +26,8 @@ from exatrain.slurm import load_profile
 pytestmark = pytest.mark.dist
 
 
-from tests.distributed.helpers import free_port as _free_port, mpi_env as _mpi_env
+from tests.distributed.helpers import free_port as _free_port  # noqa: E402
+from tests.distributed.helpers import mpi_env as _mpi_env  # noqa: E402
 
 
 def _worker(rank, world, port, out):
@@ -63,11 +69,19 @@ def test_join_timeout_names_master_and_port():
 
 def _agent_env(rank: int, world: int, port: int):
     """A torchrun worker whose agent shares its store (TORCHELASTIC_USE_AGENT_STORE=True): every rank is a client."""
-    return detect_environment({
-        "TORCHELASTIC_RUN_ID": "t", "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-        "TORCHELASTIC_USE_AGENT_STORE": "True",
-    })
+    return detect_environment(
+        {
+            "TORCHELASTIC_RUN_ID": "t",
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+        }
+    )
 
 
 def test_join_timeout_names_missing_ranks_on_every_rank():
@@ -104,7 +118,9 @@ def test_join_timeout_names_missing_ranks_on_every_rank():
 
 def test_unreachable_master_is_named():
     port = _free_port()  # nobody listens: rank 1's store client cannot connect
-    with pytest.raises(ExatrainError, match=f"rank 1/2 could not reach the master at 127.0.0.1:{port} within 2 s"):
+    with pytest.raises(
+        ExatrainError, match=f"rank 1/2 could not reach the master at 127.0.0.1:{port} within 2 s"
+    ):
         init_distributed(_mpi_env(1, 2, port), "cpu", timeout_s=2)
 
 
@@ -120,8 +136,16 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "set_device", lambda i: setattr(self, "selected", i))
 
 
-SRUN_TASK = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-             "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "g[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+SRUN_TASK = {
+    "SLURM_JOB_ID": "9",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_NODELIST": "g[1-2]",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+}
 
 
 @pytest.mark.parametrize("visible, expected", [(1, 0), (2, 1), (8, 1)])
@@ -163,9 +187,16 @@ def _map_by_node_worker(rank, world, port, out):
     # named by host name, as on a real multi-node job
     import socket
 
-    env = detect_environment({"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(world),
-                              "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
-                              "MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(port)})
+    env = detect_environment(
+        {
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_SIZE": str(world),
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+            "MASTER_ADDR": socket.gethostname(),
+            "MASTER_PORT": str(port),
+        }
+    )
     before = (env.node_rank, env.num_nodes)
     ctx = init_distributed(env, "cpu", timeout_s=60)
     teardown()

@@ -22,9 +22,19 @@ from tests.distributed.helpers import batch_digests, train_losses
 pytestmark = pytest.mark.dist
 
 BATCH, MICRO, SEQ = 16, 2, 32
-COMMON = ["--train.steps=12", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-          "--train.eval_batches=2", f"--train.global_batch_size={BATCH}", f"--train.micro_batch_size={MICRO}",
-          "--train.warmup_steps=2", f"--data.seq_len={SEQ}", "--checkpoint.interval=6", "--checkpoint.keep=0"]
+COMMON = [
+    "--train.steps=12",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    f"--train.global_batch_size={BATCH}",
+    f"--train.micro_batch_size={MICRO}",
+    "--train.warmup_steps=2",
+    f"--data.seq_len={SEQ}",
+    "--checkpoint.interval=6",
+    "--checkpoint.keep=0",
+]
 DDP = ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"]
 FSDP = ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"]
 TOL = 1e-5
@@ -53,14 +63,20 @@ def _position(ckpt) -> dict:
     return torch.load(whole, weights_only=True)["app"]["progress"]["sampler"]
 
 
-@pytest.mark.parametrize("before, after", [
-    ((4, DDP), (2, FSDP)),
-    ((2, FSDP), (4, DDP)),
-    ((4, FSDP), (2, FSDP)),
-], ids=["ddp4-to-fsdp2", "fsdp2-to-ddp4", "fsdp4-to-fsdp2"])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ((4, DDP), (2, FSDP)),
+        ((2, FSDP), (4, DDP)),
+        ((4, FSDP), (2, FSDP)),
+    ],
+    ids=["ddp4-to-fsdp2", "fsdp2-to-ddp4", "fsdp4-to-fsdp2"],
+)
 def test_resume_under_another_layout_and_world_size(reference, tmp_path, before, after):
     (n1, layout1), (n2, layout2) = before, after
-    writer, _ = _train(tmp_path, "writer", n1, layout1)  # all 12 steps: the LR schedule depends on train.steps
+    writer, _ = _train(
+        tmp_path, "writer", n1, layout1
+    )  # all 12 steps: the LR schedule depends on train.steps
     resumed = tmp_path / "resumed"
     shutil.copytree(writer / "checkpoints" / "step-6", resumed / "checkpoints" / "step-6")
     _, out = _train(tmp_path, "resumed", n2, layout2, "--checkpoint.resume=auto")

@@ -19,9 +19,19 @@ from tests.distributed.cli_runs import plain_eval_loss, train_run
 
 pytestmark = pytest.mark.dist
 
-COMMON = ["--train.steps=6", "--train.log_every=1", "--train.eval_every=2", "--train.eval_at_start=true",
-          "--train.eval_batches=2", "--train.global_batch_size=8", "--train.micro_batch_size=8",
-          "--train.warmup_steps=2", "--data.seq_len=32", "--checkpoint.interval=2", "--checkpoint.keep=2"]
+COMMON = [
+    "--train.steps=6",
+    "--train.log_every=1",
+    "--train.eval_every=2",
+    "--train.eval_at_start=true",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=8",
+    "--train.warmup_steps=2",
+    "--data.seq_len=32",
+    "--checkpoint.interval=2",
+    "--checkpoint.keep=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +40,18 @@ def fp32(tmp_path_factory):
 
 
 # lr 3e-2 overshoots after the warmup: the evaluations after steps 1, 2, 3 fall, then rise (about 6.31, 6.14, 7.09)
-BEST = ["--train.steps=3", "--train.log_every=1", "--train.eval_every=1", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.global_batch_size=8", "--train.micro_batch_size=8",
-        "--train.warmup_steps=2", "--train.lr=3e-2", "--data.seq_len=32"]
+BEST = [
+    "--train.steps=3",
+    "--train.log_every=1",
+    "--train.eval_every=1",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=8",
+    "--train.warmup_steps=2",
+    "--train.lr=3e-2",
+    "--data.seq_len=32",
+]
 
 
 def test_best_pt_is_the_model_of_the_lowest_evaluation(tmp_path):
@@ -53,8 +72,10 @@ def test_keep_leaves_the_newest_checkpoints(fp32):
 
 
 def test_bf16_autocast_and_inductor_compile_run_on_cpu(fp32, tmp_path):
-    run = train_run(tmp_path, "bf16_inductor", 1, [*COMMON, "--train.precision=bf16", "--parallel.compile=true"])
-    assert "compile_backend = \"inductor\"" in (run["dir"] / "config.toml").read_text()
+    run = train_run(
+        tmp_path, "bf16_inductor", 1, [*COMMON, "--train.precision=bf16", "--parallel.compile=true"]
+    )
+    assert 'compile_backend = "inductor"' in (run["dir"] / "config.toml").read_text()
     assert all(math.isfinite(x) for x in run["losses"]) and len(run["losses"]) == 6
     diff = max(abs(a - b) for a, b in zip(run["losses"], fp32["losses"]))
     assert 0 < diff <= 5e-2, (run["losses"], fp32["losses"])

@@ -31,16 +31,29 @@ def _start(cmd, tmp_path, env):
 
 
 def _ready(out):
-    return lambda: [int((out / f"ready-{r}").read_text()) for r in (0, 1)] if all(
-        (out / f"ready-{r}").is_file() and (out / f"ready-{r}").read_text().endswith("\n") for r in (0, 1)) else None
+    return lambda: (
+        [int((out / f"ready-{r}").read_text()) for r in (0, 1)]
+        if all(
+            (out / f"ready-{r}").is_file() and (out / f"ready-{r}").read_text().endswith("\n") for r in (0, 1)
+        )
+        else None
+    )
 
 
 def test_agent_forwards_usr2_and_waits_for_the_checkpoint_on_torch_24(tmp_path):
     env = make_overlay(tmp_path / "torch24", "2.4.0")
     out = tmp_path / "out"
     out.mkdir()
-    agent = [sys.executable, "-m", "exatrain.launch.agent", "--handle-signals=SIGUSR2", "--shutdown-grace=120", "--",
-             *TORCHRUN_ARGS, str(out)]
+    agent = [
+        sys.executable,
+        "-m",
+        "exatrain.launch.agent",
+        "--handle-signals=SIGUSR2",
+        "--shutdown-grace=120",
+        "--",
+        *TORCHRUN_ARGS,
+        str(out),
+    ]
     proc = _start(agent, tmp_path, {**env, "CHECKPOINT_DELAY": "2"})
     try:
         wait_for(_ready(out), 300, "both workers", proc)
@@ -62,8 +75,16 @@ def test_workers_still_running_after_the_grace_are_stopped_as_torchrun_stops_the
     env = make_overlay(tmp_path / "torch24", "2.4.0")
     out = tmp_path / "out"
     out.mkdir()
-    agent = [sys.executable, "-m", "exatrain.launch.agent", "--handle-signals=SIGUSR2", "--shutdown-grace=2", "--",
-             *TORCHRUN_ARGS, str(out)]
+    agent = [
+        sys.executable,
+        "-m",
+        "exatrain.launch.agent",
+        "--handle-signals=SIGUSR2",
+        "--shutdown-grace=2",
+        "--",
+        *TORCHRUN_ARGS,
+        str(out),
+    ]
     proc = _start(agent, tmp_path, {**env, "CHECKPOINT_DELAY": "600"})
     try:
         wait_for(_ready(out), 300, "both workers", proc)
@@ -73,7 +94,9 @@ def test_workers_still_running_after_the_grace_are_stopped_as_torchrun_stops_the
         proc.kill()
     err = (tmp_path / "agent.err").read_text()
     assert code == 128 + signal.SIGTERM, err
-    assert "waiting up to 2 s" in err and "the agent received SIGTERM and passed it to the workers" in err, err
+    assert "waiting up to 2 s" in err and "the agent received SIGTERM and passed it to the workers" in err, (
+        err
+    )
     assert [p.name for p in sorted(out.glob("got-*"))] == ["got-0", "got-1"] and not list(out.glob("done-*"))
 
 
@@ -91,7 +114,9 @@ print("survived", child.wait() if child else None)
 def test_a_signal_before_the_workers_exist_ends_the_agent(children):
     """The forwarder passes the signal to the agent's children and the agent lives on; with no children yet
     (before torch's agent started the workers) the signal ends it, as it ends torchrun's agent then."""
-    r = subprocess.run([sys.executable, "-c", FORWARDER, children], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", FORWARDER, children], capture_output=True, text=True, timeout=60
+    )
     if children == "child":  # sleep got SIGUSR2 (its default action: it died of it)
         assert r.returncode == 0 and r.stdout == f"survived {-signal.SIGUSR2}\n", r.stderr
     else:
@@ -123,32 +148,62 @@ def test_torch_24s_own_torchrun_dies_of_usr2_and_forwards_nothing(tmp_path):
 
 def test_the_trainer_on_a_torch_older_than_it_imports_says_so_with_a_hint(tmp_path):
     env = make_overlay(tmp_path / "torch28", "2.8.0")
-    r = subprocess.run([sys.executable, "-m", "exatrain.cli.main", "train", "--nproc=2", f"--run.dir={tmp_path / 'r'}"],
-                       cwd=tmp_path, env=clean_environment(env), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "exatrain.cli.main", "train", "--nproc=2", f"--run.dir={tmp_path / 'r'}"],
+        cwd=tmp_path,
+        env=clean_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
-    assert "torch 2.8.0 (of " in r.stderr and "older than 2.9, the oldest torch exatrain's reference trainer" in r.stderr
-    assert "HINT: use torch>=2.9 for `exatrain train`, or run your own training script with `exatrain run`" in r.stderr
+    assert (
+        "torch 2.8.0 (of " in r.stderr
+        and "older than 2.9, the oldest torch exatrain's reference trainer" in r.stderr
+    )
+    assert (
+        "HINT: use torch>=2.9 for `exatrain train`, or run your own training script with `exatrain run`"
+        in r.stderr
+    )
 
 
 @pytest.mark.parametrize("version", ["2.3.1", "2.2.2+rocm5.7"])
 def test_a_torch_older_than_the_floor_stops_at_start_with_a_hint(tmp_path, version):
     env = make_overlay(tmp_path / "old", version)
-    r = subprocess.run([sys.executable, "-m", "exatrain.launch.agent", "--", *TORCHRUN_ARGS, str(tmp_path)],
-                       cwd=tmp_path, env=clean_environment(env), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "exatrain.launch.agent", "--", *TORCHRUN_ARGS, str(tmp_path)],
+        cwd=tmp_path,
+        env=clean_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
-    assert f"torch {version.split('+')[0]} (of {sys.executable}) is older than exatrain's floor 2.4" in r.stderr
+    assert (
+        f"torch {version.split('+')[0]} (of {sys.executable}) is older than exatrain's floor 2.4" in r.stderr
+    )
     assert "\nHINT: use torch>=2.4" in r.stderr
     assert not list(tmp_path.glob("ready-*"))  # no worker was started
 
 
-ARGS = ["--train.steps=60", "--train.log_every=1", "--train.eval_every=0", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.global_batch_size=8", "--train.micro_batch_size=4",
-        "--data.seq_len=16", "--train.save_model=false"]
+ARGS = [
+    "--train.steps=60",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.global_batch_size=8",
+    "--train.micro_batch_size=4",
+    "--data.seq_len=16",
+    "--train.save_model=false",
+]
 
 
 def _step(run):
     try:
-        return max((m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0)
+        return max(
+            (m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0
+        )
     except (OSError, ValueError):
         return 0
 

@@ -15,9 +15,9 @@ import importlib.metadata as md
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,12 +76,19 @@ def make_plain_venv(folder: Path) -> Path:
     """The fresh venv (see the module docstring); returns its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
     python = folder / "venv" / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     link_farm(folder / "deps", core_closure())
     Path(site, "plain_install_deps.pth").write_text(f"{folder / 'deps'}\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "--no-cache-dir", str(ROOT)],
-                   check=True, cwd=folder)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-build-isolation", "--no-cache-dir", str(ROOT)],
+        check=True,
+        cwd=folder,
+    )
     subprocess.run([*pip, "check"], check=True)
     return python

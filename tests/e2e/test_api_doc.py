@@ -28,8 +28,14 @@ def _blocks() -> list[str]:
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess:
     script = cwd / "example.py"
     script.write_text(code)
-    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=clean_environment(), capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_main_example_trains_and_resumes(tmp_path):
@@ -37,7 +43,9 @@ def test_main_example_trains_and_resumes(tmp_path):
     first = _run(main, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "done: 24 steps" in first.stdout  # 3 epochs of 512 / 64 steps
-    records = [json.loads(line) for line in (tmp_path / "runs/api-example/metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (tmp_path / "runs/api-example/metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in records] == list(range(1, 25)) and records[-1]["loss"] < records[0]["loss"]
     assert (tmp_path / "runs/api-example/model.pt").is_file()
     again = _run(main, tmp_path)
@@ -52,9 +60,14 @@ def test_every_other_example_runs(tmp_path):
     r = _run("\n".join([blocks[0].split("EPOCHS = 3")[0], *snippets]), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "HINT: call init() once" in r.stdout  # the second init() raised ExatrainError
-    assert "pp 1 x dp_replicate 2 x dp_shard 4 x tp 2 (HSDP, TP)" in r.stdout  # ParallelDims, as the comment says
+    assert (
+        "pp 1 x dp_replicate 2 x dp_shard 4 x tp 2 (HSDP, TP)" in r.stdout
+    )  # ParallelDims, as the comment says
     # StepMetrics: 512 samples / 64 per step = 8 steps, a record on log steps 4 and 8 only
-    records = [json.loads(line) for line in (tmp_path / "runs/step-metrics-demo/metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "runs/step-metrics-demo/metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in records] == [4, 8]
     assert all(r["kind"] == "train" and r["loss"] > 0 and r["samples_per_s"] > 0 for r in records)
 

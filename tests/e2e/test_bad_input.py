@@ -3,9 +3,17 @@
 import pytest
 
 SLURM_STEP = {  # one task of `srun -N2 -n4`, as observed on the testbed
-    "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
-    "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "node[1-2]",
-    "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[1-2]",
+    "SLURM_JOB_ID": "77",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NODELIST": "node[1-2]",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_NTASKS": "4",
+    "SLURM_JOB_NODELIST": "node[1-2]",
 }
 
 
@@ -18,23 +26,46 @@ def _empty_corpus(tmp_path):
 
 
 CASES = {
-    "malformed node list": (["train"], {**SLURM_STEP, "SLURM_STEP_NODELIST": "node[1-"}, "SLURM_STEP_NODELIST"),
+    "malformed node list": (
+        ["train"],
+        {**SLURM_STEP, "SLURM_STEP_NODELIST": "node[1-"},
+        "SLURM_STEP_NODELIST",
+    ),
     "contradicting SLURM variables": (["train"], {**SLURM_STEP, "SLURM_PROCID": "7"}, "SLURM_PROCID"),
     "unknown config key": (["train", "--train.stepz=3"], {}, "train.stepz"),
     "wrong value type": (["train", "--train.steps=many"], {}, "train.steps"),
-    "missing data directory": (["train", "--data.kind=wikitext", "--data.path=/nonexistent/wt2"], {}, "/nonexistent/wt2"),
+    "missing data directory": (
+        ["train", "--data.kind=wikitext", "--data.path=/nonexistent/wt2"],
+        {},
+        "/nonexistent/wt2",
+    ),
     "empty corpus": (["train", "--nproc=1", "--data.kind=wikitext", "--data.path={empty}"], {}, "empty"),
     "nproc 0": (["train", "--nproc=0"], {}, "--nproc"),
     "unknown model size": (["train", "--model.size=huge"], {}, "huge"),
-    "batch not divisible": (["train", "--nproc=2", "--train.global_batch_size=10", "--train.micro_batch_size=4"], {},
-                            "global_batch_size=10"),
+    "batch not divisible": (
+        ["train", "--nproc=2", "--train.global_batch_size=10", "--train.micro_batch_size=4"],
+        {},
+        "global_batch_size=10",
+    ),
     "master port out of range (flag)": (["train", "--dist.master_port=80"], {}, "master_port"),
     "master port out of range (variable)": (["train"], {"MASTER_PORT": "99999"}, "MASTER_PORT"),
     "unknown argument": (["train", "--train.steps", "5"], {}, "--train.steps"),
-    "more pipeline stages than blocks": (["train", "--nproc=4", "--parallel.pp=4", "--parallel.dp_replicate=1"], {},
-                                         "4 pipeline stages"),
-    "interleaved 1F1B with one stage per rank": (["train", "--nproc=2", "--parallel.pp=2", "--parallel.dp_replicate=1",
-                                                  "--parallel.pp_schedule=interleaved_1f1b"], {}, "pp_stages_per_rank"),
+    "more pipeline stages than blocks": (
+        ["train", "--nproc=4", "--parallel.pp=4", "--parallel.dp_replicate=1"],
+        {},
+        "4 pipeline stages",
+    ),
+    "interleaved 1F1B with one stage per rank": (
+        [
+            "train",
+            "--nproc=2",
+            "--parallel.pp=2",
+            "--parallel.dp_replicate=1",
+            "--parallel.pp_schedule=interleaved_1f1b",
+        ],
+        {},
+        "pp_stages_per_rank",
+    ),
 }
 
 

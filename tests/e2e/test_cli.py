@@ -14,9 +14,25 @@ import pytest
 
 
 def test_env_json_under_real_torchrun(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        "--tee=1", "--log-dir", str(tmp_path / "logs"), "-m", "exatrain.cli.main", "env", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "--tee=1",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "-m",
+            "exatrain.cli.main",
+            "env",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     docs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("logs/**/stdout.log"))]
     assert sorted(d["global_rank"] for d in docs) == [0, 1]
@@ -24,8 +40,14 @@ def test_env_json_under_real_torchrun(tmp_path):
 
 
 def test_env_table_and_batch_shell_note(exatrain_cli):
-    batch_shell = {"SLURM_JOB_ID": "42", "SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-                   "SLURM_JOB_NODELIST": "nid[005000-005001]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+    batch_shell = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_NTASKS": "4",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_JOB_NODELIST": "nid[005000-005001]",
+        "SLURM_TASKS_PER_NODE": "2(x2)",
+    }
     r = exatrain_cli("env", env=batch_shell)
     assert r.returncode == 0, r.stderr
     assert "local" in r.stdout and "batch" in r.stdout and "srun" in r.stdout
@@ -59,9 +81,15 @@ def local_server(tmp_path):
 
 def test_data_prepare_downloads_and_extracts(exatrain_cli, local_server, tmp_path):
     out = tmp_path / "wt2"
-    r = exatrain_cli("data", "prepare", "wikitext-2", "--out", str(out), "--url", f"{local_server}/wikitext-2-v1.zip")
+    r = exatrain_cli(
+        "data", "prepare", "wikitext-2", "--out", str(out), "--url", f"{local_server}/wikitext-2-v1.zip"
+    )
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "wiki.test.tokens",
+        "wiki.train.tokens",
+        "wiki.valid.tokens",
+    ]
     assert f"--data.path={out}" in r.stdout
 
 
@@ -70,8 +98,16 @@ def test_data_prepare_offline_fails_clearly(exatrain_cli, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "wt2"
-    r = exatrain_cli("data", "prepare", "wikitext-2", "--out", str(out), "--url", f"http://127.0.0.1:{port}/x.zip",
-                     timeout=60)
+    r = exatrain_cli(
+        "data",
+        "prepare",
+        "wikitext-2",
+        "--out",
+        str(out),
+        "--url",
+        f"http://127.0.0.1:{port}/x.zip",
+        timeout=60,
+    )
     assert r.returncode == 2
     assert f"127.0.0.1:{port}" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists() or not any(out.iterdir())
@@ -82,20 +118,35 @@ def test_help_is_fast_and_lists_commands(exatrain_cli):
     assert r.returncode == 0
     for cmd in ("train", "env", "config", "data"):
         assert cmd in r.stdout
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "exatrain.cli.main", "--help"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "exatrain.cli.main", "--help"],
+        capture_output=True,
+        text=True,
+    )
     assert "torch" not in {line.split("|")[-1].strip().split(".")[0] for line in r.stderr.splitlines()[1:]}
 
 
 WIKITEXT = __import__("tests.conftest", fromlist=["ROOT"]).ROOT.parent / "shared" / "data" / "wikitext-2"
 
 
-@pytest.mark.skipif(not (WIKITEXT / "valid.txt").exists(), reason="real WikiText-2 splits not present beside the checkout")
+@pytest.mark.skipif(
+    not (WIKITEXT / "valid.txt").exists(), reason="real WikiText-2 splits not present beside the checkout"
+)
 def test_train_on_real_wikitext_valid_split(exatrain_cli, tmp_path):
     """Optional: the real WikiText-2 valid/test files (no train split there: train on valid, eval on test)."""
-    r = exatrain_cli("train", "--nproc=1", "--data.kind=wikitext", f"--data.path={WIKITEXT}", "--data.train_split=valid",
-                     "--data.eval_split=test", "--train.steps=4", "--train.log_every=1", "--train.eval_batches=2",
-                     f"--run.dir={tmp_path / 'run'}", timeout=300)
+    r = exatrain_cli(
+        "train",
+        "--nproc=1",
+        "--data.kind=wikitext",
+        f"--data.path={WIKITEXT}",
+        "--data.train_split=valid",
+        "--data.eval_split=test",
+        "--train.steps=4",
+        "--train.log_every=1",
+        "--train.eval_batches=2",
+        f"--run.dir={tmp_path / 'run'}",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["final_eval"]["loss"] < summary["initial_eval"]["loss"]

@@ -58,11 +58,29 @@ def test_deepspeed_import_keeps_torch():
 def test_own_deepspeed_script_trains_in_two_ranks_like_plain_torch(tmp_path, zero):
     """The README's command: `exatrain run --nproc 2 examples/deepspeed_own/train.py --zero 2`."""
     config = json.loads((EXAMPLE / "ds_config.json").read_text())
-    r = run_exatrain(["run", "--nproc", "2", str(EXAMPLE / "train.py"), "--zero", str(zero), "--steps", str(STEPS),
-                      "--out", "out.json"], cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    r = run_exatrain(
+        [
+            "run",
+            "--nproc",
+            "2",
+            str(EXAMPLE / "train.py"),
+            "--zero",
+            str(zero),
+            "--steps",
+            str(STEPS),
+            "--out",
+            "out.json",
+        ],
+        cwd=tmp_path,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     out = json.loads((tmp_path / "out.json").read_text())
-    assert (out["world_size"], out["zero_stage"], out["accumulation"]) == (2, zero, config["gradient_accumulation_steps"])
+    assert (out["world_size"], out["zero_stage"], out["accumulation"]) == (
+        2,
+        zero,
+        config["gradient_accumulation_steps"],
+    )
     assert "shm_comm" not in r.stdout + r.stderr  # the inference-only CPU op was not JIT-compiled
     global_batch = out["micro_batch"] * out["accumulation"] * out["world_size"]
     expected = reference_losses(STEPS, global_batch, lr=1e-2, clip=config["gradient_clipping"])

@@ -19,7 +19,10 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
         t_us = int(us.replace(",", ""))
         algbw = int(kib) * 1024 / (t_us * 1e-6) / 1e9  # nccl-tests: algbw = bytes / time
         assert float(alg) > 0 and float(alg) == pytest.approx(algbw, rel=0.6 / t_us + 0.006), (kib, us, alg)
-        assert float(bus) == pytest.approx(float(alg) * 2 * (2 - 1) / 2, rel=0.01), (alg, bus)  # x 2(n-1)/n, n = 2
+        assert float(bus) == pytest.approx(float(alg) * 2 * (2 - 1) / 2, rel=0.01), (
+            alg,
+            bus,
+        )  # x 2(n-1)/n, n = 2
     assert "doctor: all checks passed" in r.stdout
     # what the hang watcher can use (docs/hangs.md): gloo's flight recorder, py-spy of the test extra
     assert "hang detection: torch's flight recorder answers on 2 of 2 rank(s); py-spy /" in r.stdout
@@ -28,10 +31,13 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
 
 def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
     # (and warns that a job ending in 100 s ends before a 300 s collective timeout could fire)
-    r = exatrain_cli("doctor", "--nproc=1", "--cache-dir=/proc", env={"SLURM_JOB_END_TIME": str(int(time.time()) + 100)})
+    r = exatrain_cli(
+        "doctor", "--nproc=1", "--cache-dir=/proc", env={"SLURM_JOB_END_TIME": str(int(time.time()) + 100)}
+    )
     assert r.returncode == 1, r.stdout + r.stderr
-    assert re.search(r"WARNING: this job ends in \d+ s, before a collective timeout of 300 s could fire\nHINT: ",
-                     r.stdout), r.stdout
+    assert re.search(
+        r"WARNING: this job ends in \d+ s, before a collective timeout of 300 s could fire\nHINT: ", r.stdout
+    ), r.stdout
     assert "FAIL: rank 0 on " in r.stdout and "cache directory /proc is not writable" in r.stdout
     assert "HINT: " in r.stdout and "doctor: 1 check(s) failed" in r.stdout
     r = exatrain_cli("doctor", "--nproc=1", "--nccl-log=missing.log")
@@ -48,8 +54,14 @@ def test_failed_check_under_nproc_prints_the_doctor_and_no_launcher_traceback(ex
     assert "exatrain doctor: 2 rank(s) on 1 node(s), backend gloo" in r.stdout
     assert r.stdout.count("cache directory /proc is not writable") == 2  # rank 0 and rank 1
     assert "HINT: point data.cache_dir" in r.stdout and "doctor: 2 check(s) failed" in r.stdout
-    for launcher_noise in ("Traceback", "ChildFailedError", "exatrain: error", "failed with exit code", "--max-restarts",
-                           "failed (exitcode"):
+    for launcher_noise in (
+        "Traceback",
+        "ChildFailedError",
+        "exatrain: error",
+        "failed with exit code",
+        "--max-restarts",
+        "failed (exitcode",
+    ):
         assert launcher_noise not in out, out
 
 

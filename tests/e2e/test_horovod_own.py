@@ -37,7 +37,9 @@ def _example():
     return module
 
 
-def reference_losses(ex, epochs: int, samples: int, global_batch: int, lr: float, momentum: float) -> list[float]:
+def reference_losses(
+    ex, epochs: int, samples: int, global_batch: int, lr: float, momentum: float
+) -> list[float]:
     """Plain torch in one process: the whole global batch per step, SGD with momentum. The sampler with one
     replica gives the whole permutation; with W replicas rank r gets its entries r, r+W, ..., so the ranks'
     batches of step s together are exactly the permutation's s-th slice of global_batch samples."""
@@ -89,13 +91,17 @@ def test_own_horovod_script_trains_in_two_ranks_like_plain_torch(tmp_path):
     r = run_exatrain([subcommand, *args], cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     out = json.loads((tmp_path / "horovod-own.json").read_text())
-    assert (out["size"], out["local_size"]) == (2, 2), out  # Horovod itself counts the 2 ranks exatrain started
+    assert (out["size"], out["local_size"]) == (2, 2), (
+        out
+    )  # Horovod itself counts the 2 ranks exatrain started
 
     ex = _example()
     defaults = _defaults(ex)
     global_batch = out["batch_size"] * out["batches_per_allreduce"] * out["size"]
     assert (out["batches_per_allreduce"], global_batch) == (2, 16)
-    expected = reference_losses(ex, defaults.epochs, out["samples"], global_batch, defaults.lr, defaults.momentum)
+    expected = reference_losses(
+        ex, defaults.epochs, out["samples"], global_batch, defaults.lr, defaults.momentum
+    )
     assert len(out["losses"]) == len(expected) == 8
     assert out["losses"] == pytest.approx(expected, abs=1e-5)
     frozen = reference_losses(ex, defaults.epochs, out["samples"], global_batch, 0.0, defaults.momentum)
@@ -106,9 +112,14 @@ def test_own_horovod_script_runs_as_one_plain_process(tmp_path):
     """`python train.py` without any launcher: exatrain.init joins no process group, init_horovod still
     starts Horovod (size 1), and the 2 steps match plain torch on the same global batch of 8."""
     _require_horovod()
-    r = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--epochs", "1", "--samples", "16"],
-                       cwd=tmp_path, env=clean_environment({"OMP_NUM_THREADS": "1"}), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLE / "train.py"), "--epochs", "1", "--samples", "16"],
+        cwd=tmp_path,
+        env=clean_environment({"OMP_NUM_THREADS": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     out = json.loads((tmp_path / "horovod-own.json").read_text())
     assert out["size"] == 1, out

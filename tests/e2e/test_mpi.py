@@ -36,9 +36,18 @@ while [ "${1#-}" != "$1" ]; do shift; done
 host="$1"; shift
 exec unshare --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$host" "$@"
 """
-TRAIN = ["train", "--train.steps=2", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=1",
-         "--train.eval_at_start=false", "--train.global_batch_size=4", "--train.micro_batch_size=1",
-         "--train.save_model=false", "--data.seq_len=16"]
+TRAIN = [
+    "train",
+    "--train.steps=2",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_batches=1",
+    "--train.eval_at_start=false",
+    "--train.global_batch_size=4",
+    "--train.micro_batch_size=1",
+    "--train.save_model=false",
+    "--data.seq_len=16",
+]
 
 
 def _mpirun_or_skip() -> str:
@@ -59,17 +68,48 @@ def _outside_address() -> str | None:
 
 def _mpirun(tmp_path, args, master: str, nodes: bool):
     """`mpirun ... python -m exatrain.cli.main ARGS` as root, MASTER_ADDR and MASTER_PORT exported."""
-    env = clean_environment({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                             "OMP_NUM_THREADS": "1", "MASTER_ADDR": master, "MASTER_PORT": str(free_port())})
+    env = clean_environment(
+        {
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMP_NUM_THREADS": "1",
+            "MASTER_ADDR": master,
+            "MASTER_PORT": str(free_port()),
+        }
+    )
     where = ["-n", "4"]
     if nodes:
         agent = tmp_path / "fake-rsh"
         agent.write_text(FAKE_RSH)
         agent.chmod(0o755)
-        where = ["--mca", "plm_rsh_agent", str(agent), "--host", "127.0.0.2:2,127.0.0.3:2",
-                 "--map-by", "node", "-n", "4"]
-    cmd = [_mpirun_or_skip(), "--oversubscribe", *where, "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x",
-           "OMP_NUM_THREADS", "-x", "PYTHONPATH", sys.executable, "-m", "exatrain.cli.main", *args]
+        where = [
+            "--mca",
+            "plm_rsh_agent",
+            str(agent),
+            "--host",
+            "127.0.0.2:2,127.0.0.3:2",
+            "--map-by",
+            "node",
+            "-n",
+            "4",
+        ]
+    cmd = [
+        _mpirun_or_skip(),
+        "--oversubscribe",
+        *where,
+        "-x",
+        "MASTER_ADDR",
+        "-x",
+        "MASTER_PORT",
+        "-x",
+        "OMP_NUM_THREADS",
+        "-x",
+        "PYTHONPATH",
+        sys.executable,
+        "-m",
+        "exatrain.cli.main",
+        *args,
+    ]
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
 
@@ -92,8 +132,15 @@ def test_exatrain_run_under_mpirun(tmp_path, nodes):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{i}.json").read_text()) for i in range(4)]
     local_world = "2" if nodes else "4"
-    seen = [(int(x["seen"]["RANK"]), int(x["seen"]["LOCAL_RANK"]), x["seen"]["WORLD_SIZE"],
-             x["seen"]["LOCAL_WORLD_SIZE"]) for x in ranks]
+    seen = [
+        (
+            int(x["seen"]["RANK"]),
+            int(x["seen"]["LOCAL_RANK"]),
+            x["seen"]["WORLD_SIZE"],
+            x["seen"]["LOCAL_WORLD_SIZE"],
+        )
+        for x in ranks
+    ]
     assert seen == [(rank, local, "4", local_world) for rank, local, _ in _placement(nodes)]
     # one node: its index is 0; several: MPI exports none, exatrain guesses none
     assert [x["seen"]["GROUP_RANK"] for x in ranks] == (["0"] * 4 if not nodes else [None] * 4)
@@ -101,7 +148,8 @@ def test_exatrain_run_under_mpirun(tmp_path, nodes):
     if nodes:
         assert [x["host"] for x in ranks] == ["127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.3"]
     assert [(x["rank"], x["world_size"], x["sum_of_rank_plus_one"]) for x in ranks] == [
-        (i, 4, 10.0) for i in range(4)]
+        (i, 4, 10.0) for i in range(4)
+    ]
 
 
 def test_exatrain_train_under_mpirun_map_by_node(tmp_path):
@@ -115,7 +163,8 @@ def test_exatrain_train_under_mpirun_map_by_node(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ranks = [json.loads((run / "ranks" / f"rank-{i}.json").read_text()) for i in range(4)]
     assert [(x["kind"], x["global_rank"], x["local_rank"], x["node_rank"]) for x in ranks] == [
-        ("mpi", rank, local, node) for rank, local, node in _placement(nodes)]
+        ("mpi", rank, local, node) for rank, local, node in _placement(nodes)
+    ]
     assert {(x["world_size"], x["num_nodes"]) for x in ranks} == {(4, 2)}
     assert [x["hostname"] for x in ranks] == ["127.0.0.2", "127.0.0.3", "127.0.0.2", "127.0.0.3"]
     assert len({x["weights_sha256"] for x in ranks}) == 1  # DDP's all-reduced gradients kept them equal

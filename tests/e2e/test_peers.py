@@ -28,8 +28,9 @@ def accelerate_test_script() -> str:
 def check_accelerate_output(text: str, world: int) -> None:
     """Accelerate's test script prints each rank's state, then runs its own checks of gather, broadcast,
     split, RNG synchronisation and DDP training parity (each an assertion that fails the rank)."""
-    states = re.findall(r"Distributed environment: (\S+).*?\nNum processes: (\d+)\nProcess index: (\d+)",
-                        text)
+    states = re.findall(
+        r"Distributed environment: (\S+).*?\nNum processes: (\d+)\nProcess index: (\d+)", text
+    )
     expected = [("DistributedType.MULTI_CPU", str(world), str(r)) for r in range(world)]
     assert sorted(states) == expected, text[-3000:]
     assert "All rng are properly synched." in text
@@ -42,7 +43,8 @@ def check_lightning_ranks(out, world: int, environment: str, nodes: int = 1) -> 
     ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(world)]
     per_node = world // nodes
     assert [(x["rank"], x["world_size"], x["local_rank"], x["node_rank"]) for x in ranks] == [
-        (r, world, r % per_node, r // per_node) for r in range(world)]
+        (r, world, r % per_node, r // per_node) for r in range(world)
+    ]
     assert {x["environment"] for x in ranks} == {environment}
     assert {x["sum_of_rank_plus_one"] for x in ranks} == {world * (world + 1) / 2}
     assert len({tuple(x["weights"]) for x in ranks}) == 1
@@ -52,8 +54,12 @@ def check_lightning_ranks(out, world: int, environment: str, nodes: int = 1) -> 
 
 def test_accelerate_test_script_in_two_workers(tmp_path):
     """On a node without GPUs Accelerate forms its group only with ACCELERATE_USE_CPU=1 (docs/peers.md)."""
-    r = run_exatrain(["run", "--nproc", "2", accelerate_test_script()], cwd=tmp_path, timeout=280,
-                     env={"ACCELERATE_USE_CPU": "1"})
+    r = run_exatrain(
+        ["run", "--nproc", "2", accelerate_test_script()],
+        cwd=tmp_path,
+        timeout=280,
+        env={"ACCELERATE_USE_CPU": "1"},
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     check_accelerate_output(r.stdout, 2)
     assert "ACCELERATE_USE_CPU is unset" not in r.stderr
@@ -74,8 +80,11 @@ def test_accelerate_script_without_cpu_flag_is_warned_about(tmp_path):
 @pytest.mark.parametrize("script", ["lightning_fit.py", "fabric_loop.py"])
 def test_lightning_in_two_workers(tmp_path, script):
     out = tmp_path / "ranks"
-    r = run_exatrain(["run", "--nproc", "2", str(PEERS / script), "--devices", "2", "--out", str(out)],
-                     cwd=tmp_path, timeout=280)
+    r = run_exatrain(
+        ["run", "--nproc", "2", str(PEERS / script), "--devices", "2", "--out", str(out)],
+        cwd=tmp_path,
+        timeout=280,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ranks = check_lightning_ranks(out, 2, "TorchElasticEnvironment")
     if script == "fabric_loop.py":

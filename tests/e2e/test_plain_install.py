@@ -27,8 +27,14 @@ def plain(tmp_path_factory):
 
 def _run(plain, *args, timeout=600):
     bin_dir, work = plain
-    return subprocess.run([str(bin_dir / "exatrain"), *args], cwd=work, env=clean_environment(), text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [str(bin_dir / "exatrain"), *args],
+        cwd=work,
+        env=clean_environment(),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def test_the_plain_venv_holds_no_extra():
@@ -46,7 +52,9 @@ def test_scale_trains_and_writes_its_report_with_plots_and_tensorboard_files(pla
 
 
 def test_run_starts_a_scripts_ranks(plain):
-    (plain[1] / "show.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    (plain[1] / "show.py").write_text(
+        "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+    )
     r = _run(plain, "run", "--nproc", "2", "show.py")
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
@@ -62,9 +70,19 @@ def test_an_engine_from_an_extra_is_refused_at_start_with_a_hint_naming_it(plain
 def test_scale_without_matplotlib_is_refused_before_its_first_run(tmp_path):
     """An environment without matplotlib (a site's venv built with --no-deps, say; hidden here through
     sys.modules, as the import system honours): the study stops at start instead of after training."""
-    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom exatrain.cli.main import main\n"
-            "sys.argv = ['exatrain', 'scale', '--nproc=1', '--out=study']\nsys.exit(main())\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean_environment(), text=True,
-                       capture_output=True, timeout=120)
-    assert r.returncode != 0 and "not installed" in r.stderr and "HINT: pip install matplotlib" in r.stderr, r.stderr
+    code = (
+        "import sys\nsys.modules['matplotlib'] = None\nfrom exatrain.cli.main import main\n"
+        "sys.argv = ['exatrain', 'scale', '--nproc=1', '--out=study']\nsys.exit(main())\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=clean_environment(),
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "not installed" in r.stderr and "HINT: pip install matplotlib" in r.stderr, (
+        r.stderr
+    )
     assert not (tmp_path / "study").exists()

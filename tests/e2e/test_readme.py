@@ -27,18 +27,29 @@ from tests.conftest import ROOT, clean_environment
 
 pytestmark = pytest.mark.e2e
 
-FAST_TRAIN = {"--data.seq_len": "16", "--train.eval_batches": "2", "--train.eval_every": "0",
-              "--train.log_every": "50"}
-BLOCK = re.compile(r"(<!-- not-in-ci: (?P<reason>.+?) -->\n)?```(?P<lang>bash|toml)\n(?P<body>.*?)\n```", re.S)
-HOW_TO_MARK = ("if this block cannot run in CI (SLURM cluster, internet data), put the line "
-               "`<!-- not-in-ci: REASON -->` directly above its ```bash fence in its page")
+FAST_TRAIN = {
+    "--data.seq_len": "16",
+    "--train.eval_batches": "2",
+    "--train.eval_every": "0",
+    "--train.log_every": "50",
+}
+BLOCK = re.compile(
+    r"(<!-- not-in-ci: (?P<reason>.+?) -->\n)?```(?P<lang>bash|toml)\n(?P<body>.*?)\n```", re.S
+)
+HOW_TO_MARK = (
+    "if this block cannot run in CI (SLURM cluster, internet data), put the line "
+    "`<!-- not-in-ci: REASON -->` directly above its ```bash fence in its page"
+)
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 
 
 def _blocks(page: str | None = None) -> list[dict]:
     """The fenced bash/toml blocks of one page (or of every page), each with the page it is on."""
-    return [{**m.groupdict(), "page": name} for name in ([page] if page else PAGES)
-            for m in BLOCK.finditer((ROOT / name).read_text())]
+    return [
+        {**m.groupdict(), "page": name}
+        for name in ([page] if page else PAGES)
+        for m in BLOCK.finditer((ROOT / name).read_text())
+    ]
 
 
 def _files(page: str) -> dict[str, str]:
@@ -91,9 +102,16 @@ def _fresh_checkout(folder):
             (folder / name).write_bytes((ROOT / name).read_bytes())
     subprocess.run([sys.executable, "-m", "venv", str(folder / ".venv")], check=True)
     link_farm(folder.parent / "deps", core_closure())
-    site = subprocess.run([str(folder / ".venv" / "bin" / "python"), "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [
+            str(folder / ".venv" / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "site_deps.pth").write_text(f"{folder.parent / 'deps'}\n")
 
 
@@ -102,8 +120,14 @@ def test_main_command_trains_and_cuts_perplexity(tmp_path):
     repo = tmp_path / "exatrain"
     _fresh_checkout(repo)
     # the README command as written, run from the root of a fresh checkout (where a new user runs it)
-    r = subprocess.run(["bash", "-c", main], cwd=repo, capture_output=True, text=True, timeout=900,
-                       env=clean_environment(None))
+    r = subprocess.run(
+        ["bash", "-c", main],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=clean_environment(None),
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "install: exatrain\n" in r.stdout and "already installed" not in r.stdout, r.stdout[:2000]
     assert "validation perplexity" in r.stdout
@@ -120,14 +144,17 @@ def test_every_bash_block_is_run_or_marked_with_a_reason():
     assert len(bash) >= 8 and len(RUNNABLE) >= 5, "the pages lost their commands, or this test its parser"
     assert all(b["reason"].strip() for b in bash if b["reason"] is not None)
     readme = [b for b in bash if b["page"] == "README.md"]
-    assert [b["body"] for b in readme[:2] if b["reason"]] == [b["body"] for b in readme[:2]], \
+    assert [b["body"] for b in readme[:2] if b["reason"]] == [b["body"] for b in readme[:2]], (
         "the two setup commands are marked (run by test_main_command_..., and CI itself)"
+    )
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: f"{b['page']}:{_commands(b['body'])[0][:60]}")
 def test_readme_block_runs(block, tmp_path):
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the examples' commands name them from the repository root
+    (tmp_path / "examples").symlink_to(
+        ROOT / "examples"
+    )  # the examples' commands name them from the repository root
     for name, text in _files(block["page"]).items():
         (tmp_path / name).write_text(text)
     env = clean_environment(None)
@@ -135,10 +162,14 @@ def test_readme_block_runs(block, tmp_path):
     outputs = []
     for command in _commands(block["body"]):
         run_as = _fast(command, block["body"])
-        r = subprocess.run(["bash", "-c", run_as], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, (f"{block['page']}: command failed: {command}\n(run as: {run_as})\n"
-                                   f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}\nHINT: fix the command or the code; "
-                                   f"{HOW_TO_MARK}")
+        r = subprocess.run(
+            ["bash", "-c", run_as], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert r.returncode == 0, (
+            f"{block['page']}: command failed: {command}\n(run as: {run_as})\n"
+            f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}\nHINT: fix the command or the code; "
+            f"{HOW_TO_MARK}"
+        )
         outputs.append(r.stdout + r.stderr)
     for marker, check in PROMISES.items():
         if marker in block["body"]:

@@ -5,8 +5,16 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-TINY = ["--nproc", "1", "--train.steps=4", "--checkpoint.interval=2", "--train.eval_at_start=false",
-        "--train.eval_batches=2", "--train.log_every=2", "--run.dir=run"]
+TINY = [
+    "--nproc",
+    "1",
+    "--train.steps=4",
+    "--checkpoint.interval=2",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=2",
+    "--train.log_every=2",
+    "--run.dir=run",
+]
 
 
 def test_commits_announced_complete_run_explained_fresh_start_refused(exatrain_cli, tmp_path):

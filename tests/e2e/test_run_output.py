@@ -15,12 +15,16 @@ pytestmark = pytest.mark.e2e
 
 LINES = 1000
 # Many short writes at once: print() under torchrun's `python -u` writes each argument and the newline apart.
-PRINTS = (f"for i in range({LINES}):\n"
-          "    print('rank', RANK, 'line', i, 'of', {LINES}, sep=' ')\n").replace("{LINES}", str(LINES))
-COLLECTIVE = ("import os\nimport torch\nimport torch.distributed as dist\n\n"
-              "dist.init_process_group('gloo')\nRANK = dist.get_rank()\n"
-              "t = torch.ones(1) * (RANK + 1)\ndist.all_reduce(t)\nprint('sum', RANK, t.item())\n"
-              + PRINTS + "dist.destroy_process_group()\n")
+PRINTS = (
+    f"for i in range({LINES}):\n    print('rank', RANK, 'line', i, 'of', {{LINES}}, sep=' ')\n"
+).replace("{LINES}", str(LINES))
+COLLECTIVE = (
+    "import os\nimport torch\nimport torch.distributed as dist\n\n"
+    "dist.init_process_group('gloo')\nRANK = dist.get_rank()\n"
+    "t = torch.ones(1) * (RANK + 1)\ndist.all_reduce(t)\nprint('sum', RANK, t.item())\n"
+    + PRINTS
+    + "dist.destroy_process_group()\n"
+)
 # Every warning shown once per place (DeprecationWarning too), FutureWarning an error: a false warning at
 # exit, such as torch's deprecated alias touched by the script runner, would fail the rank.
 WARNINGS = {"PYTHONWARNINGS": "default,error::FutureWarning"}
@@ -28,7 +32,6 @@ WARNINGS = {"PYTHONWARNINGS": "default,error::FutureWarning"}
 
 def _whole(out: str, ranks: int, label: bool) -> list[str]:
     """The lines of ``out`` that are not one intact line of the script (all of them, else)."""
-    head = r"\[rank \1\] " if label else ""
     pattern = re.compile(rf"^(?:\[rank (\d)\] )?rank (\d) line (\d+) of {LINES}$")
     bad, seen = [], set()
     for line in out.splitlines():
@@ -74,11 +77,15 @@ def test_the_rank_that_failed_first_is_named_with_its_last_lines(tmp_path):
     the last lines it wrote (its own and its traceback) recorded by the script runner in torchrun's error file."""
     (tmp_path / "fails.py").write_text(
         "import os, time\nrank = int(os.environ['RANK'])\nif rank == 1:\n    for i in range(30):\n"
-        "        print('step', i, 'of rank', rank)\n    raise ValueError('bad batch in shard 7')\ntime.sleep(60)\n")
+        "        print('step', i, 'of rank', rank)\n    raise ValueError('bad batch in shard 7')\ntime.sleep(60)\n"
+    )
     r = run_exatrain(["run", "--nproc", "2", "fails.py"], cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     report = r.stderr.split("exatrain: error: ")[1]
-    assert report.startswith("rank 1 (local rank 1") and "failed first with exit code 1: ValueError: bad batch" in report
+    assert (
+        report.startswith("rank 1 (local rank 1")
+        and "failed first with exit code 1: ValueError: bad batch" in report
+    )
     last = report.split("rank 1's last lines:\n")[1].split("HINT:")[0].splitlines()
     assert last[0] == "    step 24 of rank 1" and last[-1] == "    ValueError: bad batch in shard 7", report
     assert len(last) == 10
@@ -91,9 +98,17 @@ def test_srun_tasks_sharing_one_log_keep_lines_whole_and_labelled(tmp_path):
     (tmp_path / "prints.py").write_text("import os\nRANK = int(os.environ['RANK'])\n" + PRINTS)
     log = tmp_path / "job.out"
     with log.open("w") as out:
-        tasks = [subprocess.Popen([sys.executable, "-m", "exatrain.cli.main", "run", "--label", "prints.py"],
-                                  cwd=tmp_path, env=clean_environment(_slurm_task(rank)), stdout=out,
-                                  stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        tasks = [
+            subprocess.Popen(
+                [sys.executable, "-m", "exatrain.cli.main", "run", "--label", "prints.py"],
+                cwd=tmp_path,
+                env=clean_environment(_slurm_task(rank)),
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank in (0, 1)
+        ]
         errors = [task.communicate(timeout=120)[1] for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], errors
     assert _whole(log.read_text(), 2, label=True) == []

@@ -10,8 +10,16 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-STUDY = ["--train.steps=4", "--train.log_every=2", "--train.micro_batch_size=8", "--train.global_batch_size=16",
-         "--train.eval_every=0", "--train.eval_at_start=false", "--train.eval_batches=1", "--data.seq_len=32"]
+STUDY = [
+    "--train.steps=4",
+    "--train.log_every=2",
+    "--train.micro_batch_size=8",
+    "--train.global_batch_size=16",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=1",
+    "--data.seq_len=32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +58,36 @@ def test_report_of_given_runs_prints_the_same_tables(study, tmp_path):
     assert (tmp_path / "again.html").read_text().count("<img ") == 4
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed (scripts/test.sh installs it)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="Debian's chromium is not installed (scripts/test.sh installs it)",
+)
 def test_page_loads_and_draws_in_headless_chromium(study, tmp_path):
     from PIL import Image
 
     folder, _ = study
     page = folder / "report.html"
-    assert page.read_text().count("<img ") == 4  # throughput, speedup/efficiency, loss, breakdown (no GPU here)
+    assert (
+        page.read_text().count("<img ") == 4
+    )  # throughput, speedup/efficiency, loss, breakdown (no GPU here)
     shot = tmp_path / "shot.png"
-    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", "--window-size=1280,1600",
-                        page.as_uri()], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1280,1600",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and shot.exists(), r.stderr[-3000:]
     assert "CONSOLE" not in r.stderr, r.stderr  # no console message at all (errors included)
     img = Image.open(shot).convert("RGB")
@@ -76,7 +103,9 @@ def test_weak_mode_keeps_the_batch_per_rank(tmp_path):
 
     from tests.conftest import run_exatrain
 
-    r = run_exatrain(["scale", "--nproc=1,2", "--mode=weak", "--out=weak", *STUDY, "--train.steps=2"], tmp_path)
+    r = run_exatrain(
+        ["scale", "--nproc=1,2", "--mode=weak", "--out=weak", *STUDY, "--train.steps=2"], tmp_path
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     batch = {}
     for n in (1, 2):

@@ -26,13 +26,16 @@ def test_self_spawning_script_runs_once_and_forms_its_group(tmp_path):
     assert "running it once (--nproc 1)" in r.stderr
     ranks = [json.loads((out / f"rank-{i}.json").read_text()) for i in range(2)]
     assert [(x["rank"], x["world_size"], x["sum_of_rank_plus_one"]) for x in ranks] == [
-        (0, 2, 3.0), (1, 2, 3.0)]
+        (0, 2, 3.0),
+        (1, 2, 3.0),
+    ]
     assert sorted(p.name for p in out.iterdir()) == ["rank-0.json", "rank-1.json"]  # one world only
 
 
 def test_self_spawning_script_with_nproc_2_is_refused_at_once(tmp_path):
-    r = run_exatrain(["run", "--nproc", "2", str(SCRIPT), "1", str(tmp_path / "ranks")], cwd=tmp_path,
-                     timeout=30)
+    r = run_exatrain(
+        ["run", "--nproc", "2", str(SCRIPT), "1", str(tmp_path / "ranks")], cwd=tmp_path, timeout=30
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--nproc 2 would start 2 copies of it" in r.stderr
     assert f"HINT: run it once: `exatrain run --nproc 1 {SCRIPT}`" in r.stderr
@@ -42,10 +45,26 @@ def test_self_spawning_script_with_nproc_2_is_refused_at_once(tmp_path):
 def test_self_spawning_script_under_torchrun_sharing_its_store_is_refused(tmp_path):
     """Plain torchrun (shared store, its default) starting the script through exatrain's script runner, as the
     torchrun mode of `exatrain submit` does."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-           "-m", "exatrain.launch.script_runner", str(SCRIPT), str(free_port()), str(tmp_path / "ranks")]
-    r = subprocess.run(cmd, cwd=tmp_path, env=clean_environment({"OMP_NUM_THREADS": "1"}),
-                       capture_output=True, text=True, timeout=90)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        "-m",
+        "exatrain.launch.script_runner",
+        str(SCRIPT),
+        str(free_port()),
+        str(tmp_path / "ranks"),
+    ]
+    r = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        env=clean_environment({"OMP_NUM_THREADS": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert r.returncode != 0, r.stdout + r.stderr
     assert "inside a torchrun worker whose agent shares its TCP store" in r.stderr, r.stderr
     assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 first" in r.stderr

@@ -28,13 +28,19 @@ def run_example(script: str, args: list[str], nproc: int, cwd: Path, timeout: fl
 
     One thread per process (as torchrun gives each worker), no hub access (HF_HUB_OFFLINE=1)."""
     path = str(EXAMPLES / script)
-    launch = [sys.executable, path] if nproc == 1 else [
-        sys.executable, "-m", "exatrain.cli.main", "run", "--nproc", str(nproc), path]
+    launch = (
+        [sys.executable, path]
+        if nproc == 1
+        else [sys.executable, "-m", "exatrain.cli.main", "run", "--nproc", str(nproc), path]
+    )
     env = clean_environment({"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
-    proc = subprocess.run([*launch, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, (f"{script} on {nproc} process(es) exited with {proc.returncode}\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    proc = subprocess.run(
+        [*launch, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"{script} on {nproc} process(es) exited with {proc.returncode}\n"
+        f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     return proc.stdout
 
 

@@ -13,8 +13,20 @@ from tests.examples.helpers import EXAMPLES, load_module, make_data, run_example
 pytestmark = pytest.mark.dist
 
 SINGLE, DISTRIBUTED = EXAMPLES / "course_lm" / "single.py", EXAMPLES / "course_lm" / "distributed.py"
-TINY = ["--epochs", "2", "--batch-size", "8", "--test-batch-size", "8", "--seq-len", "16", "--d-model", "32",
-        "--n-layers", "2"]
+TINY = [
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--test-batch-size",
+    "8",
+    "--seq-len",
+    "16",
+    "--d-model",
+    "32",
+    "--n-layers",
+    "2",
+]
 
 
 def changed_lines(before: list[str], after: list[str]) -> int:
@@ -33,7 +45,9 @@ def test_distributed_version_is_15_changed_lines_12_edited_and_3_added_27_diff_l
     assert changed_lines(before, after) == 15, shown
     ops = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
     edited = sum(i2 - i1 for tag, i1, i2, j1, j2 in ops if tag == "replace")
-    added = sum(j2 - j1 - (i2 - i1) if tag == "replace" else j2 - j1 for tag, i1, i2, j1, j2 in ops if tag != "equal")
+    added = sum(
+        j2 - j1 - (i2 - i1) if tag == "replace" else j2 - j1 for tag, i1, i2, j1, j2 in ops if tag != "equal"
+    )
     assert (edited, added) == (12, 3), shown
     assert len([line for line in diff[2:] if line[:1] in "+-"]) == 27, shown
 
@@ -79,6 +93,7 @@ def test_two_ranks_match_one_process(wikitext, tmp_path):
     assert two["test"] == pytest.approx(one["test"], rel=1e-5, abs=0)
     assert two["valid"][-1] < two["valid"][0]  # it learns
     single = load_module(SINGLE, "course_single")
-    model = single.TransformerLM(len(single.Vocabulary(single.read_words(wikitext / "train.txt")).itos), 32, 4, 2,
-                                 16, 0.0)
+    model = single.TransformerLM(
+        len(single.Vocabulary(single.read_words(wikitext / "train.txt")).itos), 32, 4, 2, 16, 0.0
+    )
     model.load_state_dict(_final(tmp_path / "two")["model"])

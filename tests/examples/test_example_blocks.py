@@ -11,12 +11,18 @@ from tests.examples.helpers import EXAMPLES, load_module
 
 
 def test_resnet18_blocks_are_its_four_stages():
-    assert find_blocks(torchvision.models.resnet18(num_classes=3)).keys() == ["layer1", "layer2", "layer3", "layer4"]
+    assert find_blocks(torchvision.models.resnet18(num_classes=3)).keys() == [
+        "layer1",
+        "layer2",
+        "layer3",
+        "layer4",
+    ]
 
 
 def test_llama_blocks_are_its_decoder_layers():
-    config = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                         num_attention_heads=4)
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4
+    )
     blocks = find_blocks(LlamaForCausalLM(config))
     assert blocks.keys() == ["model.layers.0", "model.layers.1", "model.layers.2"]
 

@@ -7,7 +7,7 @@ Real processes started as a user does (`exatrain run --nproc 2`: real gloo proce
 import pytest
 import torch
 
-from tests.examples.helpers import max_relative_difference, make_data, run_example, step_losses
+from tests.examples.helpers import make_data, max_relative_difference, run_example, step_losses
 
 pytestmark = pytest.mark.dist
 

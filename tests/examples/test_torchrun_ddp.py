@@ -27,7 +27,9 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     of all parameters) within 1e-5 relative of the one process's."""
     args = ["--epochs", "2"]
     run_example("torchrun_ddp/train.py", [*args, "--batch-size", "8", "--out", tmp_path / "two"], 2, tmp_path)
-    run_example("torchrun_ddp/train.py", [*args, "--batch-size", "16", "--out", tmp_path / "one"], 1, tmp_path)
+    run_example(
+        "torchrun_ddp/train.py", [*args, "--batch-size", "16", "--out", tmp_path / "one"], 1, tmp_path
+    )
     (one,), two = _ranks(tmp_path / "one", 1), _ranks(tmp_path / "two", 2)
     assert one["world_size"] == 1 and one["seen"]["RANK"] is None  # started without a launcher
     assert [r["world_size"] for r in two] == [2, 2] and [r["samples"] for r in two] == [128, 128]

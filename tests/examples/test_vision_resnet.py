@@ -6,7 +6,7 @@ Real processes started as a user does (`exatrain run --nproc 2`: real gloo proce
 import pytest
 import torch
 
-from tests.examples.helpers import max_relative_difference, make_data, run_example, step_losses
+from tests.examples.helpers import make_data, max_relative_difference, run_example, step_losses
 
 pytestmark = pytest.mark.dist
 
@@ -34,10 +34,16 @@ def test_resumed_run_continues_identically(images, tmp_path):
     """Default model (BatchNorm), 2 ranks: a run stopped after its step-2 checkpoint and started again
     with the same run directory gives the uninterrupted run's losses (steps 3-4) and final weights exactly."""
     args = [*TINY, "--data-dir", images, "--checkpoint-interval", "2"]
-    run_example("vision_resnet/train.py", [*args, "--steps", "4", "--run-dir", tmp_path / "whole"], 2, tmp_path)
-    run_example("vision_resnet/train.py", [*args, "--steps", "2", "--run-dir", tmp_path / "split"], 2, tmp_path)
+    run_example(
+        "vision_resnet/train.py", [*args, "--steps", "4", "--run-dir", tmp_path / "whole"], 2, tmp_path
+    )
+    run_example(
+        "vision_resnet/train.py", [*args, "--steps", "2", "--run-dir", tmp_path / "split"], 2, tmp_path
+    )
     assert (tmp_path / "split" / "checkpoints" / "step-2").is_dir()
-    out = run_example("vision_resnet/train.py", [*args, "--steps", "4", "--run-dir", tmp_path / "split"], 2, tmp_path)
+    out = run_example(
+        "vision_resnet/train.py", [*args, "--steps", "4", "--run-dir", tmp_path / "split"], 2, tmp_path
+    )
     assert "resumed from" in out and "at step 2" in out
     whole, split = step_losses(tmp_path / "whole"), step_losses(tmp_path / "split")
     assert split == whole and sorted(whole) == [1, 2, 3, 4]

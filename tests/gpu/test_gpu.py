@@ -29,8 +29,15 @@ pytestmark = pytest.mark.gpu
 
 
 def _config(tmp_path, *overrides):
-    base = ["--model.size=small", "--data.seq_len=128", "--train.micro_batch_size=8", "--train.global_batch_size=8",
-            "--train.steps=100", "--train.eval_every=0", f"--run.dir={tmp_path / 'run'}"]
+    base = [
+        "--model.size=small",
+        "--data.seq_len=128",
+        "--train.micro_batch_size=8",
+        "--train.global_batch_size=8",
+        "--train.steps=100",
+        "--train.eval_every=0",
+        f"--run.dir={tmp_path / 'run'}",
+    ]
     return load_config(None, base + list(overrides))
 
 
@@ -44,7 +51,9 @@ def _trainer(cfg) -> Trainer:
 def nccl_group_of_one():
     """A real NCCL process group of one rank on GPU 0, destroyed afterwards."""
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    dist.init_process_group(
+        "nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0)
+    )
     yield
     dist.destroy_process_group()
 
@@ -89,8 +98,16 @@ def test_device_selection_picks_the_gpu():
 
 
 def test_train_cli_runs_on_the_gpu(exatrain_cli, tmp_path):
-    r = exatrain_cli("train", "--nproc=1", "--model.size=tiny", "--data.seq_len=64", "--train.steps=6",
-                     "--train.log_every=2", "--train.eval_batches=2", f"--run.dir={tmp_path / 'run'}")
+    r = exatrain_cli(
+        "train",
+        "--nproc=1",
+        "--model.size=tiny",
+        "--data.seq_len=64",
+        "--train.steps=6",
+        "--train.log_every=2",
+        "--train.eval_batches=2",
+        f"--run.dir={tmp_path / 'run'}",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     rank = json.loads((tmp_path / "run" / "ranks" / "rank-0.json").read_text())
     assert rank["device"] == "cuda:0", rank
@@ -103,7 +120,8 @@ def test_bf16_autocast_step_and_fused_adamw(tmp_path):
     trainer = _trainer(_config(tmp_path))
     seen = {}
     trainer.model.layers["0"].attention.wq.register_forward_hook(
-        lambda m, args, out: seen.update(out=out.dtype, weight=m.weight.dtype))
+        lambda m, args, out: seen.update(out=out.dtype, weight=m.weight.dtype)
+    )
     first = trainer.engine.train_step(trainer._micro_batches())
     assert seen == {"out": torch.bfloat16, "weight": torch.float32}
     assert first.dtype == torch.float32 and torch.isfinite(first)
@@ -124,24 +142,34 @@ def test_fsdp2_bf16_params_fp32_reduce(nccl_group_of_one):
 
     from exatrain.distributed.parallelize import apply_fsdp
     from exatrain.distributed.state_dict import load_full_state_dict
-    from exatrain.models.transformer import build_model
     from exatrain.engines.optim import build_optimizer
+    from exatrain.models.transformer import build_model
 
     torch.manual_seed(0)
     reference = build_model("small", 512, 128).cuda()
     with torch.device("meta"):
         model = build_model("small", 512, 128)
-    apply_fsdp(model, model.layers, init_device_mesh("cuda", (1,), mesh_dim_names=("dp_shard",)), True,
-               torch.bfloat16, False)
+    apply_fsdp(
+        model,
+        model.layers,
+        init_device_mesh("cuda", (1,), mesh_dim_names=("dp_shard",)),
+        True,
+        torch.bfloat16,
+        False,
+    )
     load_full_state_dict(model, reference.state_dict(), torch.device("cuda"))
     seen = {}
-    model.layers["1"].ffn.w1.register_forward_hook(lambda m, args, out: seen.update(weight=m.weight.dtype, out=out.dtype))
+    model.layers["1"].ffn.w1.register_forward_hook(
+        lambda m, args, out: seen.update(weight=m.weight.dtype, out=out.dtype)
+    )
     x = torch.randint(512, (4, 128), device="cuda")
     loss = model(x, x.roll(-1, 1))
     loss.backward()
     assert seen == {"weight": torch.bfloat16, "out": torch.bfloat16}
-    assert all(isinstance(p, DTensor) and p.dtype == torch.float32 and p.grad.dtype == torch.float32
-               for p in model.parameters())
+    assert all(
+        isinstance(p, DTensor) and p.dtype == torch.float32 and p.grad.dtype == torch.float32
+        for p in model.parameters()
+    )
     expected = reference(x, x.roll(-1, 1))
     assert abs(loss.item() - expected.item()) < 2e-2 * expected.item()
     cfg = load_config(None, [])
@@ -177,7 +205,9 @@ def test_steady_state_step_does_not_sync_the_host(tmp_path, compiled):
     trainer = _trainer(_config(tmp_path, f"--parallel.compile={str(compiled).lower()}"))
     for _ in range(3):
         trainer.train_step(trainer._micro_batches())
-    assert host_syncs(lambda: trainer.train_step(trainer._micro_batches()).item())  # the detector sees .item()
+    assert host_syncs(
+        lambda: trainer.train_step(trainer._micro_batches()).item()
+    )  # the detector sees .item()
     syncs = host_syncs(lambda: trainer.train_step(trainer._micro_batches()))
     assert not syncs, "\n\n".join(syncs)
 
@@ -210,8 +240,14 @@ def test_per_step_collectives_do_not_sync_the_host(tmp_path, nccl_group_of_one):
 def test_peak_memory_within_plan(tmp_path, compiled):
     """torch.cuda.max_memory_allocated over a training step is within 10 % of `exatrain plan`'s per-GPU total
     for the same layout (single GPU, bf16 autocast, fp32 AdamW state)."""
-    cfg = _config(tmp_path, "--model.size=medium", "--data.seq_len=1024", "--train.micro_batch_size=8",
-                  "--train.global_batch_size=8", f"--parallel.compile={str(compiled).lower()}")
+    cfg = _config(
+        tmp_path,
+        "--model.size=medium",
+        "--data.seq_len=1024",
+        "--train.micro_batch_size=8",
+        "--train.global_batch_size=8",
+        f"--parallel.compile={str(compiled).lower()}",
+    )
     gc.collect()  # earlier tests' trainers (reference cycles) must not count
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated()
@@ -224,8 +260,10 @@ def test_peak_memory_within_plan(tmp_path, compiled):
     trainer.train_step(trainer._micro_batches())
     torch.cuda.synchronize()
     peak, planned = torch.cuda.max_memory_allocated() - base, plan.peak.total
-    detail = {k: getattr(plan.peak, k) / 2**20
-              for k in ("params", "grads", "optimizer", "transient", "weight_copies", "activations")}
+    detail = {
+        k: getattr(plan.peak, k) / 2**20
+        for k in ("params", "grads", "optimizer", "transient", "weight_copies", "activations")
+    }
     print(f"peak {peak / 2**20:.0f} MiB, plan {planned / 2**20:.0f} MiB, plan detail (MiB) {detail}")
     assert abs(peak - planned) <= 0.10 * planned, (peak / 2**20, planned / 2**20, detail)
 
@@ -234,12 +272,21 @@ def test_doctor_reports_nccl_network_from_its_own_log(exatrain_cli, tmp_path):
     """`exatrain doctor` on one CUDA rank sets up NCCL itself (a one-rank communicator) with NCCL_DEBUG=INFO into
     a file of its own, and reports the network that log names, without `--nccl-log`."""
     logs = tmp_path / "nccl"
-    one_gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # one rank seeing 8 GPUs fails a check
-    r = exatrain_cli("doctor", "--device=cuda", f"--nccl-log-dir={logs}", env={"CUDA_VISIBLE_DEVICES": one_gpu})
+    one_gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[
+        0
+    ]  # one rank seeing 8 GPUs fails a check
+    r = exatrain_cli(
+        "doctor", "--device=cuda", f"--nccl-log-dir={logs}", env={"CUDA_VISIBLE_DEVICES": one_gpu}
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     log = (logs / "nccl-rank0.log").read_text()
     assert "NCCL INFO" in log and "Using network" in log
     network = re.search(r"NCCL INFO Using network (.+?)\s*$", log, re.M).group(1)
-    family = {"Socket": "Socket", "IB": "IB", "IBext": "IB"}.get(network, "OFI")  # aws-ofi-nccl: "AWS Libfabric"
-    assert re.search(rf"^NCCL network \(each GPU rank's NCCL_DEBUG=INFO log\): {family}\b.*, on rank\(s\) 0$",
-                     r.stdout, re.M), r.stdout
+    family = {"Socket": "Socket", "IB": "IB", "IBext": "IB"}.get(
+        network, "OFI"
+    )  # aws-ofi-nccl: "AWS Libfabric"
+    assert re.search(
+        rf"^NCCL network \(each GPU rank's NCCL_DEBUG=INFO log\): {family}\b.*, on rank\(s\) 0$",
+        r.stdout,
+        re.M,
+    ), r.stdout

@@ -35,17 +35,32 @@ def main():
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     model = Regression()
-    trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=a.devices, num_nodes=a.nodes, max_steps=4,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        strategy="ddp",
+        devices=a.devices,
+        num_nodes=a.nodes,
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, DataLoader(data, batch_size=8))
     strategy = trainer.strategy
     total = strategy.reduce(torch.tensor(float(trainer.global_rank + 1)), reduce_op="sum")
-    report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "local_rank": trainer.local_rank,
-              "node_rank": trainer.node_rank, "environment": type(strategy.cluster_environment).__name__,
-              "sum_of_rank_plus_one": total.item(), "steps": trainer.global_step,
-              "weights": [round(v, 6) for v in model.layer.weight.detach().flatten().tolist()],
-              "host": socket.gethostname(), "RANK": os.environ.get("RANK")}
+    report = {
+        "rank": trainer.global_rank,
+        "world_size": trainer.world_size,
+        "local_rank": trainer.local_rank,
+        "node_rank": trainer.node_rank,
+        "environment": type(strategy.cluster_environment).__name__,
+        "sum_of_rank_plus_one": total.item(),
+        "steps": trainer.global_step,
+        "weights": [round(v, 6) for v in model.layer.weight.detach().flatten().tolist()],
+        "host": socket.gethostname(),
+        "RANK": os.environ.get("RANK"),
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{trainer.global_rank}.json").write_text(json.dumps(report))

@@ -10,14 +10,25 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-         "MASTER_ADDR")
+NAMES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+)
 
 dist.init_process_group("gloo")
 total = torch.tensor([dist.get_rank() + 1.0])
 dist.all_reduce(total)
-report = {"seen": {n: os.environ.get(n) for n in NAMES}, "rank": dist.get_rank(),
-          "world_size": dist.get_world_size(), "sum_of_rank_plus_one": total.item(),
-          "host": socket.gethostname()}
+report = {
+    "seen": {n: os.environ.get(n) for n in NAMES},
+    "rank": dist.get_rank(),
+    "world_size": dist.get_world_size(),
+    "sum_of_rank_plus_one": total.item(),
+    "host": socket.gethostname(),
+}
 dist.destroy_process_group()
 Path(sys.argv[1], f"rank-{report['rank']}.json").write_text(json.dumps(report))

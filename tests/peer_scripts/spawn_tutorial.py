@@ -18,8 +18,11 @@ def worker(rank, world_size, port, out):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     total = torch.tensor([rank + 1.0])
     dist.all_reduce(total)
-    report = {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
-              "sum_of_rank_plus_one": total.item()}
+    report = {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "sum_of_rank_plus_one": total.item(),
+    }
     Path(out, f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
 

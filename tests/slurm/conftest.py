@@ -59,8 +59,10 @@ TERMINAL_STATES = frozenset(
 # into srun/sbatch here and point them at the wrong job or cluster.
 # Rendezvous variables that in-process dist tests leave in this process (init_distributed exports them)
 # would be exported by sbatch into the jobs and pick their master port: strip those too.
-_FOREIGN_ENV = re.compile(r"^(SLURM_|SBATCH_|SRUN_|SALLOC_|SQUEUE_|SINFO_|SCONTROL_|SACCT_|TORCHELASTIC_|MASTER_ADDR$"
-                          r"|MASTER_PORT$|RANK$|WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$)")
+_FOREIGN_ENV = re.compile(
+    r"^(SLURM_|SBATCH_|SRUN_|SALLOC_|SQUEUE_|SINFO_|SCONTROL_|SACCT_|TORCHELASTIC_|MASTER_ADDR$"
+    r"|MASTER_PORT$|RANK$|WORLD_SIZE$|LOCAL_RANK$|LOCAL_WORLD_SIZE$|GROUP_RANK$)"
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -91,8 +93,14 @@ def _tail(path: Path, lines: int = 40) -> str:
 class SlurmCluster:
     """Handle on the running testbed. All commands run with :attr:`env` (SLURM_CONF set)."""
 
-    def __init__(self, state_dir: Path, nodes: list[str], gpus_per_node: int, cpus_per_node: int,
-                 site_nodes: list[str] | None = None):
+    def __init__(
+        self,
+        state_dir: Path,
+        nodes: list[str],
+        gpus_per_node: int,
+        cpus_per_node: int,
+        site_nodes: list[str] | None = None,
+    ):
         self.state_dir = state_dir
         self.site_nodes = site_nodes or []  # sites.conf's nodes (only in the site partitions)
         self.conf = state_dir / "etc" / "slurm.conf"
@@ -147,7 +155,9 @@ class SlurmCluster:
         cwd = Path(cwd) if cwd is not None else script.parent
         proc = self.run(["sbatch", "--parsable", *args, script, *script_args], cwd=cwd, env=env)
         if proc.returncode != 0:
-            raise RuntimeError(f"sbatch {' '.join(args)} {script} failed ({proc.returncode}): {proc.stderr.strip()}")
+            raise RuntimeError(
+                f"sbatch {' '.join(args)} {script} failed ({proc.returncode}): {proc.stderr.strip()}"
+            )
         return proc.stdout.strip().split(";")[0]
 
     def job_info(self, job_id: str | int) -> list[dict[str, str]]:
@@ -240,8 +250,12 @@ def slurm_cluster(request: pytest.FixtureRequest):
     def down() -> None:
         with open(down_log, "w") as out:
             proc = subprocess.run(
-                ["bash", str(TESTBED / "down.sh")], env=env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, timeout=120,
+                ["bash", str(TESTBED / "down.sh")],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=120,
             )
         if proc.returncode != 0:
             print(f"\nSLURM testbed: down.sh exited {proc.returncode}:\n{_tail(down_log)}", file=sys.stderr)
@@ -254,8 +268,13 @@ def slurm_cluster(request: pytest.FixtureRequest):
             started = True
             try:
                 proc = subprocess.run(
-                    ["bash", str(TESTBED / "up.sh")], env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=subprocess.STDOUT, timeout=900, start_new_session=True,
+                    ["bash", str(TESTBED / "up.sh")],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=900,
+                    start_new_session=True,
                 )
             except subprocess.TimeoutExpired:
                 pytest.fail(f"testbed/up.sh timed out:\n{_tail(up_log)}", pytrace=False)
@@ -280,6 +299,9 @@ def slurm_cluster(request: pytest.FixtureRequest):
         finally:
             lock.close()  # releases the flock
         if keep_reason or os.environ.get("EXATRAIN_SLURM_KEEP") == "1":
-            print(f"\nSLURM testbed state and logs kept in {base} ({keep_reason or 'EXATRAIN_SLURM_KEEP=1'})", file=sys.stderr)
+            print(
+                f"\nSLURM testbed state and logs kept in {base} ({keep_reason or 'EXATRAIN_SLURM_KEEP=1'})",
+                file=sys.stderr,
+            )
         else:
             shutil.rmtree(base, ignore_errors=True)

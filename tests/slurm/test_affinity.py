@@ -55,8 +55,14 @@ def test_srun_mask_cpu_is_applied_and_shown(slurm_cluster, tmp_path):
     config.write_text(CONFIG.format(profile=profile, launch="srun"))
     run_dir = tmp_path / "runs" / "bound"
     # strict: a rank whose affinity is not its mask fails the job
-    job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}",
-                                 "--dist.affinity=strict", "--train.steps=2")
+    job, state, _, log = _submit(
+        slurm_cluster,
+        tmp_path,
+        str(config),
+        f"--run.dir={run_dir}",
+        "--dist.affinity=strict",
+        "--train.steps=2",
+    )
     assert "--cpu-bind=mask_cpu:0x2,0x1" in (tmp_path / "runs" / "bound.sbatch").read_text()
     assert state == "COMPLETED", log
     table = _table(log)

@@ -7,7 +7,6 @@ bindings modules do. `exatrain submit` checks the image, then `exatrain run` sta
 in srun mode. A second job, whose image lacks exatrain, fails within seconds with one HINT (rank 0's), no
 traceback. Not reproduced: SIF, overlays, GPU binding, setuid starters (see the twin's docstring)."""
 
-import os
 import shutil
 import sys
 import uuid
@@ -61,13 +60,18 @@ def _job_dir(image, venv=""):
     venv_line = f'container_venv = "{venv}"\n' if venv else ""
     (job / "job.toml").write_text(
         f'[run]\ndir = "runs/exp"\n[job]\nnodes = 2\ngpus_per_node = 2\ntime = 5\nprofile = "{job}/twin.toml"\n'
-        f'container_image = "{image}"\n{venv_line}command = ["python", "gloo_script.py"]\n')
+        f'container_image = "{image}"\n{venv_line}command = ["python", "gloo_script.py"]\n'
+    )
     return job
 
 
 def _cli(cluster, job, *args):
-    return cluster.run([sys.executable, "-m", "exatrain.cli.main", *args], cwd=job,
-                       env={"PATH": twin_env()["PATH"], "PYTHONPATH": ""}, timeout=240)
+    return cluster.run(
+        [sys.executable, "-m", "exatrain.cli.main", *args],
+        cwd=job,
+        env={"PATH": twin_env()["PATH"], "PYTHONPATH": ""},
+        timeout=240,
+    )
 
 
 def test_two_node_gloo_job_in_the_older_lumi_image_with_its_venv(slurm_cluster):
@@ -83,7 +87,11 @@ def test_two_node_gloo_job_in_the_older_lumi_image_with_its_venv(slurm_cluster):
     assert state == "COMPLETED", text
     lines = sorted(line for line in text.splitlines() if line.startswith("rank "))
     assert [line.split(" sum ")[0] for line in lines] == [
-        "rank 0/4 on node1", "rank 1/4 on node1", "rank 2/4 on node2", "rank 3/4 on node2"], text
+        "rank 0/4 on node1",
+        "rank 1/4 on node1",
+        "rank 2/4 on node2",
+        "rank 3/4 on node2",
+    ], text
     for line in lines:  # the image's torch, the venv's exatrain, all through the container
         assert " sum 10 " in line and f"python {venv}" in line, line
         assert "torch /opt/miniconda3/envs/pytorch/" in line and f"exatrain {venv}/lib/" in line, line
@@ -98,7 +106,9 @@ def test_rank_without_exatrain_fails_fast_with_one_hint(slurm_cluster):
     assert printed.returncode == 0, printed.stderr
     (job / "runs").mkdir()
     (job / "by-hand.sh").write_text(printed.stdout)
-    job_id = slurm_cluster.sbatch(job / "by-hand.sh", cwd=job, env={"PATH": twin_env()["PATH"], "PYTHONPATH": ""})
+    job_id = slurm_cluster.sbatch(
+        job / "by-hand.sh", cwd=job, env={"PATH": twin_env()["PATH"], "PYTHONPATH": ""}
+    )
     state = slurm_cluster.wait(job_id, timeout=180)
     text = (job / "runs" / f"exatrain-{job_id}.out").read_text()
     assert state == "FAILED", text

@@ -72,13 +72,20 @@ def test_deepspeed_job_on_two_nodes(slurm_cluster, tmp_path, local_reference, la
     assert "layout DeepSpeed ZeRO-2 over 2 rank(s) (DeepSpeed accelerator cpu)" in log, log
 
     ranks = [json.loads((run / "ranks" / f"rank-{r}.json").read_text()) for r in range(2)]
-    assert [(r["global_rank"], r["hostname"], r["world_size"]) for r in ranks] == [(0, "node1", 2), (1, "node2", 2)]
+    assert [(r["global_rank"], r["hostname"], r["world_size"]) for r in ranks] == [
+        (0, "node1", 2),
+        (1, "node2", 2),
+    ]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == STEPS
 
     ckpt = run / "checkpoints" / f"step-{STEPS}"
     assert (ckpt / "COMMITTED").is_file()
-    assert json.loads((ckpt / "exatrain.json").read_text()) == {"step": STEPS, "world_size": 2, "zero_stage": 2}
+    assert json.loads((ckpt / "exatrain.json").read_text()) == {
+        "step": STEPS,
+        "world_size": 2,
+        "zero_stage": 2,
+    }
     shards = sorted(p.name for p in (ckpt / "deepspeed").glob("*optim_states.pt"))
     assert len(shards) == 2, shards  # one ZeRO partition from each node's rank
 

@@ -11,8 +11,18 @@ pytestmark = pytest.mark.slurm
 
 def _env_per_rank(cluster, tmp_path, *srun_flags):
     # one output file per task (%t): the ranks' stdout would interleave
-    cmd = ["srun", "-N2", "--ntasks-per-node=2", f"--output={tmp_path}/env-%t.json", *srun_flags,
-           sys.executable, "-m", "exatrain.cli.main", "env", "--json"]
+    cmd = [
+        "srun",
+        "-N2",
+        "--ntasks-per-node=2",
+        f"--output={tmp_path}/env-%t.json",
+        *srun_flags,
+        sys.executable,
+        "-m",
+        "exatrain.cli.main",
+        "env",
+        "--json",
+    ]
     r = cluster.run(cmd, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return [json.loads((tmp_path / f"env-{t}.json").read_text()) for t in range(4)]
@@ -21,7 +31,11 @@ def _env_per_rank(cluster, tmp_path, *srun_flags):
 def test_gpus_per_task_gives_each_rank_its_own_device_zero(slurm_cluster, tmp_path):
     ranks = _env_per_rank(slurm_cluster, tmp_path, "--gpus-per-task=1")
     assert [(d["kind"], d["hostname"], d["local_rank"]) for d in ranks] == [
-        ("slurm", "node1", 0), ("slurm", "node1", 1), ("slurm", "node2", 0), ("slurm", "node2", 1)]
+        ("slurm", "node1", 0),
+        ("slurm", "node1", 1),
+        ("slurm", "node2", 0),
+        ("slurm", "node2", 1),
+    ]
     # SLURM narrowed visibility to one GPU per task: indexing by local rank would be out of range
     assert [d["device"] for d in ranks] == ["cuda:0"] * 4
     assert [d["visibility"]["CUDA_VISIBLE_DEVICES"] for d in ranks] == [["0"], ["1"], ["0"], ["1"]]
@@ -38,8 +52,10 @@ def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path):
 def test_batch_shell_is_not_rank_zero(slurm_cluster, tmp_path):
     """The sbatch script itself (no srun) sees SLURM_NTASKS=4 and SLURM_PROCID=0 but is no job step."""
     script = tmp_path / "shell.sbatch"
-    script.write_text(f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -o shell.out\n"
-                      f"{sys.executable} -m exatrain.cli.main env --json > $SLURM_SUBMIT_DIR/shell.json\n")
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=2 -o shell.out\n"
+        f"{sys.executable} -m exatrain.cli.main env --json > $SLURM_SUBMIT_DIR/shell.json\n"
+    )
     job = slurm_cluster.sbatch(script, cwd=tmp_path)
     assert slurm_cluster.wait(job, timeout=120) == "COMPLETED"
     info = json.loads((tmp_path / "shell.json").read_text())

@@ -24,20 +24,27 @@ def test_monitor_shows_every_gpu_of_a_running_job(slurm_cluster, tmp_path):
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(STAND_IN)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    job = slurm_cluster.run(["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o", "/dev/null",
-                             "--wrap", "sleep 600"], cwd=tmp_path, check=True).stdout.strip()
+    job = slurm_cluster.run(
+        ["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "-o", "/dev/null", "--wrap", "sleep 600"],
+        cwd=tmp_path,
+        check=True,
+    ).stdout.strip()
     try:
         assert _wait_running(slurm_cluster, job)
         env = {"PATH": f"{bin_dir}:{slurm_cluster.env['PATH']}", "COLUMNS": "200"}
-        r = slurm_cluster.run([sys.executable, "-m", "exatrain.cli.main", "monitor", job, "--once"],
-                              env=env, timeout=180)
+        r = slurm_cluster.run(
+            [sys.executable, "-m", "exatrain.cli.main", "monitor", job, "--once"], env=env, timeout=180
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         print(r.stdout)  # the README shows this table
         rows = [line.split("│") for line in r.stdout.splitlines() if "FakeGPU" in line]
         cells = [[c.strip() for c in row[1:-1]] for row in rows]
         assert [(c[0], c[1], c[2], c[3]) for c in cells] == [
-            ("node1", "0", "FakeGPU-node1", "10"), ("node1", "1", "FakeGPU-node1", "15"),
-            ("node2", "0", "FakeGPU-node2", "20"), ("node2", "1", "FakeGPU-node2", "25")]
+            ("node1", "0", "FakeGPU-node1", "10"),
+            ("node1", "1", "FakeGPU-node1", "15"),
+            ("node2", "0", "FakeGPU-node2", "20"),
+            ("node2", "1", "FakeGPU-node2", "25"),
+        ]
         assert f"job {job}: 4 GPU(s) on 2 node(s)" in r.stdout
         assert cells[1][4] == "4.0 / 80.0"  # memory GiB used / total
     finally:

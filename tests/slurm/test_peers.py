@@ -65,8 +65,9 @@ def jobs(slurm_cluster, tmp_path_factory):
     srun_dir = tmp / "srun"
     srun_dir.mkdir()
     script = srun_dir / "job.sbatch"
-    script.write_text(SRUN_JOB.format(root=ROOT, python=sys.executable, accelerate=accelerate_test_script(),
-                                      peers=PEERS))
+    script.write_text(
+        SRUN_JOB.format(root=ROOT, python=sys.executable, accelerate=accelerate_test_script(), peers=PEERS)
+    )
     submitted = {"srun": (srun_dir, slurm_cluster.sbatch(script, cwd=srun_dir), srun_dir / "peers-{job}.out")}
     profile = tmp / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))

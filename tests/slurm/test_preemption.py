@@ -13,15 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_exatrain
 from exatrain.observe import read_metrics
+from tests.conftest import run_exatrain
 
 pytestmark = pytest.mark.slurm
 
 STEPS = 80  # the signal comes at step 10, ~15 s before the end on a loaded 2-core machine
-ARGS = [f"--train.steps={STEPS}", "--train.log_every=1", "--train.eval_every=0", "--train.eval_batches=4",
-        "--train.eval_at_start=false", "--train.global_batch_size=32", "--train.micro_batch_size=8",
-        "--data.seq_len=64"]
+ARGS = [
+    f"--train.steps={STEPS}",
+    "--train.log_every=1",
+    "--train.eval_every=0",
+    "--train.eval_batches=4",
+    "--train.eval_at_start=false",
+    "--train.global_batch_size=32",
+    "--train.micro_batch_size=8",
+    "--data.seq_len=64",
+]
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
@@ -85,12 +93,15 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
 
     got, want = read_metrics(metrics), reference
     records = [m for m in got if m["kind"] == "train"]
-    assert [m["step"] for m in records] == list(range(1, STEPS + 1)), "every step recorded exactly once, in order"
+    assert [m["step"] for m in records] == list(range(1, STEPS + 1)), (
+        "every step recorded exactly once, in order"
+    )
     train_got = {m["step"]: m for m in records}
     train_want = {m["step"]: m for m in want if m["kind"] == "train"}
     assert abs(train_got[STEPS]["loss"] - train_want[STEPS]["loss"]) <= 1e-5
-    assert [m["batch_digest"] for m in records] == [train_want[s]["batch_digest"] for s in range(1, STEPS + 1)], \
-        "a global batch skipped or repeated across the requeue"
+    assert [m["batch_digest"] for m in records] == [
+        train_want[s]["batch_digest"] for s in range(1, STEPS + 1)
+    ], "a global batch skipped or repeated across the requeue"
     final_got = [m for m in got if m["kind"] == "eval"][-1]["loss"]
     final_want = [m for m in want if m["kind"] == "eval"][-1]["loss"]
     assert abs(final_got - final_want) <= 1e-5
@@ -112,13 +123,16 @@ micro_batch_size = 8
 [data]
 seq_len = 64
 """
-TORCHRUN_JOB = """[job]
+TORCHRUN_JOB = (
+    """[job]
 nodes = 2
 time = 10
 profile = "{profile}"
 launch = "torchrun"
 signal = "USR2@60"
-""" + TRAIN_TAIL
+"""
+    + TRAIN_TAIL
+)
 
 
 def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
@@ -134,7 +148,9 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference
     config = tmp_path / "job.toml"
     config.write_text(TORCHRUN_JOB.format(profile=profile, steps=STEPS))
     run = tmp_path / "runs" / "tr"
-    r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
+    r = _exatrain(
+        slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     script = (tmp_path / "runs" / "tr.sbatch").read_text()
@@ -146,7 +162,9 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference
     assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
 
     out = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
-    assert "signal SIGUSR2: checkpointing at step" in out and "requeue-requested tells the batch script" in out, out
+    assert (
+        "signal SIGUSR2: checkpointing at step" in out and "requeue-requested tells the batch script" in out
+    ), out
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
 
@@ -156,17 +174,22 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference
     assert abs(got[STEPS] - want[STEPS]) <= 1e-5
 
 
-SRUN_JOB = """[job]
+SRUN_JOB = (
+    """[job]
 nodes = 2
 time = 10
 profile = "{profile}"
 launch = "srun"
 signal = "USR2@60"
 command = {command}
-""" + TRAIN_TAIL
+"""
+    + TRAIN_TAIL
+)
 
 
-def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(slurm_cluster, reference, tmp_path):
+def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
+    slurm_cluster, reference, tmp_path
+):
     """exatrain's own srun-mode script, unedited; the ranks run with PATH holding only the venv's bin (as in a
     container without SLURM's tools), the batch shell keeps its PATH. On USR2 every rank finishes its step,
     rank 0 checkpoints, finds no scontrol and every rank exits 75; the batch script sees 75 and requeues; the
@@ -178,11 +201,21 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     run = tmp_path / "runs" / "nosc"
     venv_bin = Path(sys.executable).parent
     assert not (venv_bin / "scontrol").exists()
-    rank = ["env", f"PATH={venv_bin}", sys.executable, "-m", "exatrain.cli.main", "train",
-            f"--config={run.parent / 'nosc.toml'}", f"--run.dir={run}"]
+    rank = [
+        "env",
+        f"PATH={venv_bin}",
+        sys.executable,
+        "-m",
+        "exatrain.cli.main",
+        "train",
+        f"--config={run.parent / 'nosc.toml'}",
+        f"--run.dir={run}",
+    ]
     config = tmp_path / "job.toml"
     config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=STEPS))
-    r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path)
+    r = _exatrain(
+        slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)

@@ -36,7 +36,9 @@ def test_unmodified_script_sees_torchrun_variables(slurm_cluster, tmp_path, laun
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     state = slurm_cluster.wait(job, timeout=420)
-    log_path = Path(next(line.split("stdout  ", 1)[1] for line in r.stdout.splitlines() if "stdout  " in line))
+    log_path = Path(
+        next(line.split("stdout  ", 1)[1] for line in r.stdout.splitlines() if "stdout  " in line)
+    )
     log = log_path.read_text() if log_path.is_file() else f"(no {log_path})"
     assert state == "COMPLETED", log
     script = (run_dir.parent / f"{launch}.sbatch").read_text()
@@ -44,17 +46,27 @@ def test_unmodified_script_sees_torchrun_variables(slurm_cluster, tmp_path, laun
 
     ranks = [json.loads((out / f"rank-{i}.json").read_text()) for i in range(4)]
     seen = [r["seen"] for r in ranks]
-    assert [(s["RANK"], s["WORLD_SIZE"], s["LOCAL_RANK"], s["LOCAL_WORLD_SIZE"], s["GROUP_RANK"]) for s in seen] == [
-        ("0", "4", "0", "2", "0"), ("1", "4", "1", "2", "0"), ("2", "4", "0", "2", "1"), ("3", "4", "1", "2", "1")]
+    assert [
+        (s["RANK"], s["WORLD_SIZE"], s["LOCAL_RANK"], s["LOCAL_WORLD_SIZE"], s["GROUP_RANK"]) for s in seen
+    ] == [
+        ("0", "4", "0", "2", "0"),
+        ("1", "4", "1", "2", "0"),
+        ("2", "4", "0", "2", "1"),
+        ("3", "4", "1", "2", "1"),
+    ]
     assert [r["host"] for r in ranks] == ["node1", "node1", "node2", "node2"]
-    assert [(r["rank"], r["world_size"]) for r in ranks] == [(i, 4) for i in range(4)]  # the group they formed
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [
+        (i, 4) for i in range(4)
+    ]  # the group they formed
     masters = {(s["MASTER_ADDR"], s["MASTER_PORT"]) for s in seen}
     assert len(masters) == 1, masters
     master = masters.pop()[0]
     if launch == "srun":
         assert master == "node1"  # the first host of the step's node list
     else:
-        assert master.split(".")[0] == "node1"  # torchrun's agent on the first node (its name as it reports it)
+        assert (
+            master.split(".")[0] == "node1"
+        )  # torchrun's agent on the first node (its name as it reports it)
     assert "Traceback" not in log and "WARNING" not in log, log
     assert ranks[0]["losses"][-1] < ranks[0]["losses"][0] and len(ranks[0]["losses"]) == 2
     assert len({r["checksum"] for r in ranks}) == 1  # DDP kept the weights equal on every rank

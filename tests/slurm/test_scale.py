@@ -16,8 +16,20 @@ pytestmark = pytest.mark.slurm
 def test_scale_over_nodes(slurm_cluster, tmp_path):
     config = _job_toml(tmp_path)  # 2 ranks per node (one per fake GPU), 8 steps, global batch 8
     env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-    r = slurm_cluster.run([sys.executable, "-m", "exatrain.cli.main", "scale", str(config), "--nodes=1,2",
-                           f"--out={tmp_path / 'study'}"], cwd=tmp_path, env=env, timeout=1200)
+    r = slurm_cluster.run(
+        [
+            sys.executable,
+            "-m",
+            "exatrain.cli.main",
+            "scale",
+            str(config),
+            "--nodes=1,2",
+            f"--out={tmp_path / 'study'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + slurm_cluster.log_tail()
     s = {n: json.loads((tmp_path / "study" / f"nodes-{n}" / "summary.json").read_text()) for n in (1, 2)}
     assert (s[1]["world_size"], s[2]["world_size"]) == (2, 4)

@@ -35,8 +35,11 @@ pytestmark = pytest.mark.slurm
 
 # A rank that asks for a requeue the first time (exit 75: checkpointed, could not requeue itself) and
 # succeeds after it: the batch shell's tail requeues on 75.
-FIRST_RUN_ASKS_FOR_REQUEUE = ("bash", "-c", 'echo "run ${SLURM_RESTART_COUNT:-0}"; '
-                              '[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || exit 75')
+FIRST_RUN_ASKS_FOR_REQUEUE = (
+    "bash",
+    "-c",
+    'echo "run ${SLURM_RESTART_COUNT:-0}"; [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || exit 75',
+)
 
 
 def _poll(what, predicate, timeout):
@@ -49,8 +52,15 @@ def _poll(what, predicate, timeout):
 
 
 def _requeue_script(tmp_path: Path, name: str, *, old: bool) -> Path:
-    spec = JobSpec(nodes=1, gpus_per_node=1, cpus_per_task=1, time=5, name=name,
-                   output=str(tmp_path / f"{name}-%j.out"), command=FIRST_RUN_ASKS_FOR_REQUEUE)
+    spec = JobSpec(
+        nodes=1,
+        gpus_per_node=1,
+        cpus_per_task=1,
+        time=5,
+        name=name,
+        output=str(tmp_path / f"{name}-%j.out"),
+        command=FIRST_RUN_ASKS_FOR_REQUEUE,
+    )
     text = render_sbatch(spec, load_profile("cpu"), str(tmp_path / name))
     assert "#SBATCH --requeue\n" in text
     if old:  # c227ac3 rendered the same script without this line
@@ -121,12 +131,25 @@ def test_a_users_no_requeue_wins_and_the_job_says_how_to_go_on(slurm_cluster, tm
 
 def test_disable_rdzv_get_is_accepted_stored_and_the_job_runs(slurm_cluster, tmp_path):
     """The LUMI script's network request on a SLURM without the Slingshot switch plugin (module docstring)."""
-    spec = JobSpec(nodes=1, gpus_per_node=1, cpus_per_task=1, time=5, output=str(tmp_path / "net-%j.out"),
-                   command=("bash", "-c", 'echo "network=${SLURM_NETWORK:-unset}"'))
+    spec = JobSpec(
+        nodes=1,
+        gpus_per_node=1,
+        cpus_per_task=1,
+        time=5,
+        output=str(tmp_path / "net-%j.out"),
+        command=("bash", "-c", 'echo "network=${SLURM_NETWORK:-unset}"'),
+    )
     profile = load_profile("lumi-g")
     # the testbed's debug nodes stand in for LUMI's: 2 cores, no masks, no partition limits
-    testbed = dataclasses.replace(profile, partition="", partitions=(), cpu_masks=(), usable_cores=2,
-                                  cores_per_node=2, default_mem_per_gpu_gb=0)
+    testbed = dataclasses.replace(
+        profile,
+        partition="",
+        partitions=(),
+        cpu_masks=(),
+        usable_cores=2,
+        cores_per_node=2,
+        default_mem_per_gpu_gb=0,
+    )
     text = render_sbatch(spec, testbed, str(tmp_path / "net"))
     assert "#SBATCH --network=disable_rdzv_get" in text
     (tmp_path / "net.sbatch").write_text(text)
@@ -139,14 +162,24 @@ def test_generic_nvidia_ranks_see_their_nodes_gpus_and_pick_their_local_rank(slu
     """Item 8 on gres GPUs: 2 nodes x 2 ranks with generic-nvidia's script (c227ac3: --gpus-per-task=1, so
     each rank saw only its own GPU)."""
     env_json = f'{sys.executable} -m exatrain.cli.main env --json > "{tmp_path}/env-$SLURM_PROCID.json"'
-    spec = JobSpec(nodes=2, gpus_per_node=2, cpus_per_task=1, time=5, output=str(tmp_path / "gpu-%j.out"),
-                   command=("bash", "-c", env_json))
+    spec = JobSpec(
+        nodes=2,
+        gpus_per_node=2,
+        cpus_per_task=1,
+        time=5,
+        output=str(tmp_path / "gpu-%j.out"),
+        command=("bash", "-c", env_json),
+    )
     text = render_sbatch(spec, load_profile("generic-nvidia"), str(tmp_path / "gpu"))
     (tmp_path / "gpu.sbatch").write_text(text)
     job = slurm_cluster.sbatch(tmp_path / "gpu.sbatch", cwd=tmp_path)
     assert slurm_cluster.wait(job, timeout=180) == "COMPLETED", (tmp_path / f"gpu-{job}.out").read_text()
     ranks = [json.loads((tmp_path / f"env-{r}.json").read_text()) for r in range(4)]
-    assert [(r["hostname"], r["local_rank"]) for r in ranks] == [("node1", 0), ("node1", 1), ("node2", 0),
-                                                                    ("node2", 1)]
+    assert [(r["hostname"], r["local_rank"]) for r in ranks] == [
+        ("node1", 0),
+        ("node1", 1),
+        ("node2", 0),
+        ("node2", 1),
+    ]
     assert all(r["visibility"]["CUDA_VISIBLE_DEVICES"] == ["0", "1"] for r in ranks), ranks
     assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]

@@ -31,6 +31,8 @@ RUN_DIR = "/scratch/project/runs/exp"
 def _site_nodes(slurm_cluster):
     if not slurm_cluster.site_nodes:
         pytest.skip("the testbed was started without its site-shaped nodes (STB_SITES=0)")
+
+
 # Profiles without [[partitions]] name the site's default partition (""): the testbed's generic nodes stand in.
 GENERIC = "generic"
 
@@ -50,8 +52,16 @@ def _cases(profile: SiteProfile) -> list[dict]:
     for partition, time in _partitions(profile):
         for launch in ("srun", "torchrun"):
             for nodes, ranks in ((2, full), (1, 1)):
-                cases.append({"nodes": nodes, "gpus_per_node": ranks, "time": time, "launch": launch,
-                              "partition": partition, "profile": profile.name})
+                cases.append(
+                    {
+                        "nodes": nodes,
+                        "gpus_per_node": ranks,
+                        "time": time,
+                        "launch": launch,
+                        "partition": partition,
+                        "profile": profile.name,
+                    }
+                )
     return cases
 
 
@@ -112,5 +122,7 @@ def test_memory_beyond_a_lumi_node_is_refused(slurm_cluster):
     with pytest.raises(ConfigError, match="exceed the 480 GB"):
         JobSpec.from_dict(job).check_against(profile)
     with pytest.raises(ExatrainError):
-        check_schedulable(_prepared(job, dataclasses.replace(profile, partitions=())),
-                          SlurmRunner(env=slurm_cluster.env, timeout_s=60))
+        check_schedulable(
+            _prepared(job, dataclasses.replace(profile, partitions=())),
+            SlurmRunner(env=slurm_cluster.env, timeout_s=60),
+        )

@@ -60,7 +60,11 @@ seq_len = 16
 def _exatrain(cluster, *args, cwd, env=None):
     """The real CLI with the cluster's SLURM_CONF; the venv's bin on PATH, as on a login node after
     activating it (the job inherits it: `exatrain`, `torchrun` and `python3` are found there); ``env`` on top."""
-    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), **(env or {})}
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
     return cluster.run([sys.executable, "-m", "exatrain.cli.main", *args], cwd=cwd, env=env, timeout=120)
 
 
@@ -98,8 +102,9 @@ def test_srun_gpus_per_task_with_hostile_name_and_path(slurm_cluster, tmp_path):
     hostile = "a'b\"c $(touch pwned) d"  # no slash: %x of the output pattern becomes part of a file name
     run_dir = tmp_path / "runs $(touch pwned) it's" / "exp 1"
     config = _job_toml(tmp_path)
-    job, state, submitted, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}",
-                                         f"--job.name={hostile}")
+    job, state, submitted, log = _submit(
+        slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}", f"--job.name={hostile}"
+    )
     assert state == "COMPLETED", log
     assert f"exatrain job {job} ({hostile})" in log, log
     assert "no nvidia-smi found; skipping" in log  # the GPU smoke test ran (and found no tool on the testbed)
@@ -109,7 +114,11 @@ def test_srun_gpus_per_task_with_hostile_name_and_path(slurm_cluster, tmp_path):
     _finished(run_dir)
     ranks = _ranks(run_dir)
     assert [(r["kind"], r["global_rank"], r["hostname"], r["local_rank"]) for r in ranks] == [
-        ("slurm", 0, "node1", 0), ("slurm", 1, "node1", 1), ("slurm", 2, "node2", 0), ("slurm", 3, "node2", 1)]
+        ("slurm", 0, "node1", 0),
+        ("slurm", 1, "node1", 1),
+        ("slurm", 2, "node2", 0),
+        ("slurm", 3, "node2", 1),
+    ]
     assert [r["gpu"]["visibility"]["CUDA_VISIBLE_DEVICES"] for r in ranks] == [["0"], ["1"], ["0"], ["1"]]
     assert [r["gpu"]["device"] for r in ranks] == ["cuda:0"] * 4
 
@@ -129,9 +138,11 @@ def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path, launch):
         assert f"does not create the output directory {tmp_path / 'runs'}" in printed.stderr
         (tmp_path / "runs").mkdir()
         (tmp_path / "by-hand.sh").write_text(printed.stdout)
-        job = slurm_cluster.sbatch(tmp_path / "by-hand.sh", cwd=tmp_path,
-                                   env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                                        "PYTHONPATH": str(ROOT)})
+        job = slurm_cluster.sbatch(
+            tmp_path / "by-hand.sh",
+            cwd=tmp_path,
+            env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)},
+        )
         state = slurm_cluster.wait(job, timeout=420)
         log = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
     assert state == "COMPLETED", log
@@ -139,7 +150,11 @@ def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path, launch):
     ranks = _ranks(run_dir)
     kind = "torchelastic" if launch == "torchrun" else "slurm"
     assert [(r["kind"], r["hostname"], r["local_rank"], r["node_rank"]) for r in ranks] == [
-        (kind, "node1", 0, 0), (kind, "node1", 1, 0), (kind, "node2", 0, 1), (kind, "node2", 1, 1)]
+        (kind, "node1", 0, 0),
+        (kind, "node1", 1, 0),
+        (kind, "node2", 0, 1),
+        (kind, "node2", 1, 1),
+    ]
     assert all(r["gpu"]["visibility"]["CUDA_VISIBLE_DEVICES"] == ["0", "1"] for r in ranks)
     assert [r["gpu"]["device"] for r in ranks] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     if launch == "torchrun":
@@ -150,8 +165,15 @@ def test_job_array_of_two_runs(slurm_cluster, tmp_path):
     """`--array train.seed=1,2`: two array tasks (one node each), each in its own run dir with its seed."""
     config = _job_toml(tmp_path)
     run_dir = tmp_path / "runs" / "sweep"
-    job, state, submitted, _ = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}",
-                                       "--job.nodes=1", "--array", "train.seed=1,2")
+    job, state, submitted, _ = _submit(
+        slurm_cluster,
+        tmp_path,
+        str(config),
+        f"--run.dir={run_dir}",
+        "--job.nodes=1",
+        "--array",
+        "train.seed=1,2",
+    )
     assert "2 array tasks" in submitted
     assert state == "COMPLETED", [p.read_text() for p in (tmp_path / "runs").glob("*.out")]
     for task, seed in enumerate((1, 2)):
@@ -163,10 +185,19 @@ def test_job_array_of_two_runs(slurm_cluster, tmp_path):
 
 def test_test_only_rejects_impossible_request(slurm_cluster, tmp_path):
     config = _job_toml(tmp_path)
-    ok = _exatrain(slurm_cluster, "submit", str(config), "--test-only", f"--run.dir={tmp_path}/r", cwd=tmp_path)
+    ok = _exatrain(
+        slurm_cluster, "submit", str(config), "--test-only", f"--run.dir={tmp_path}/r", cwd=tmp_path
+    )
     assert ok.returncode == 0 and "SLURM would accept it: Job" in ok.stdout, ok.stdout + ok.stderr
-    r = _exatrain(slurm_cluster, "submit", str(config), "--test-only", "--job.nodes=99", f"--run.dir={tmp_path}/r",
-                  cwd=tmp_path)
+    r = _exatrain(
+        slurm_cluster,
+        "submit",
+        str(config),
+        "--test-only",
+        "--job.nodes=99",
+        f"--run.dir={tmp_path}/r",
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "exatrain: error: SLURM would not schedule the job:" in r.stderr and "HINT:" in r.stderr
     assert "job.nodes" in r.stderr.split("HINT:")[1], r.stderr  # the reason mapped to what to change
@@ -180,10 +211,23 @@ def test_master_set_to_own_hostname_on_every_node(slurm_cluster, tmp_path):
     right) stop at the join timeout naming the ranks that never checked in, instead of hanging."""
     config = _job_toml(tmp_path)
     run_dir = tmp_path / "runs" / "own"
-    rank = ["bash", "-c", 'export MASTER_ADDR=$(hostname); exec exatrain train "$@"', "rank",
-            f"--config={run_dir.parent / 'own.toml'}", f"--run.dir={run_dir}"]
-    job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}",
-                                 f"--job.command={json.dumps(rank)}", "--dist.timeout_s=15", timeout=180)
+    rank = [
+        "bash",
+        "-c",
+        'export MASTER_ADDR=$(hostname); exec exatrain train "$@"',
+        "rank",
+        f"--config={run_dir.parent / 'own.toml'}",
+        f"--run.dir={run_dir}",
+    ]
+    job, state, _, log = _submit(
+        slurm_cluster,
+        tmp_path,
+        str(config),
+        f"--run.dir={run_dir}",
+        f"--job.command={json.dumps(rank)}",
+        "--dist.timeout_s=15",
+        timeout=180,
+    )
     assert state == "FAILED", log
     assert log.count("is this node's own host name, but rank") == 2 and "HINT: unset MASTER_ADDR" in log, log
     assert "2 of 4 ranks never checked in: 2-3" in log, log
@@ -192,12 +236,23 @@ def test_master_set_to_own_hostname_on_every_node(slurm_cluster, tmp_path):
 
 def test_status_and_cancel(slurm_cluster, tmp_path):
     config = _job_toml(tmp_path)
-    r = _exatrain(slurm_cluster, "submit", str(config), "--job.nodes=1", '--job.command=["sleep", "300"]',
-                  f"--run.dir={tmp_path}/runs/sleep", cwd=tmp_path)
+    r = _exatrain(
+        slurm_cluster,
+        "submit",
+        str(config),
+        "--job.nodes=1",
+        '--job.command=["sleep", "300"]',
+        f"--run.dir={tmp_path}/runs/sleep",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     status = _exatrain(slurm_cluster, "status", job, cwd=tmp_path)
-    assert status.returncode == 0 and job in status.stdout and ("PENDING" in status.stdout or "RUNNING" in status.stdout)
+    assert (
+        status.returncode == 0
+        and job in status.stdout
+        and ("PENDING" in status.stdout or "RUNNING" in status.stdout)
+    )
     cancel = _exatrain(slurm_cluster, "cancel", job, cwd=tmp_path)
     assert cancel.returncode == 0 and f"cancelled job {job}" in cancel.stdout, cancel.stderr
     assert slurm_cluster.wait(job, timeout=60) == "CANCELLED"
@@ -207,8 +262,15 @@ def test_wrong_master_fails_within_seconds(slurm_cluster, tmp_path):
     """A 2-node job whose master address does not resolve (wrong site suffix) stops at once with a HINT
     instead of waiting dist.timeout_s (300 s) for a rendezvous that can never happen."""
     config = _job_toml(tmp_path)
-    job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={tmp_path}/runs/bad",
-                                 "--dist.master_suffix=xyz", "--dist.timeout_s=300", timeout=240)
+    job, state, _, log = _submit(
+        slurm_cluster,
+        tmp_path,
+        str(config),
+        f"--run.dir={tmp_path}/runs/bad",
+        "--dist.master_suffix=xyz",
+        "--dist.timeout_s=300",
+        timeout=240,
+    )
     assert state == "FAILED", log
     # failed at the master check, not at the end of the 300 s join timeout (whose error reads otherwise)
     assert "cannot resolve the master host 'node1xyz'" in log and "HINT:" in log, log

@@ -80,7 +80,9 @@ def test_usr2_checkpoint_requeue_on_torch_24(slurm_cluster, tmp_path):
     job = _submit(slurm_cluster, tmp_path, env, run)
     try:
         launch = (tmp_path / "runs" / "t24.sbatch").read_text().split("\nsrun --ntasks-per-node=1 ")[-1]
-        assert "exatrain.launch.agent --handle-signals=SIGUSR2" in launch and "--signals-to-handle" not in launch
+        assert (
+            "exatrain.launch.agent --handle-signals=SIGUSR2" in launch and "--signals-to-handle" not in launch
+        )
         _poll("4 workers ready", lambda: all((run / f"ready-{r}").is_file() for r in range(4)), 300)
         assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
         _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
@@ -90,7 +92,9 @@ def test_usr2_checkpoint_requeue_on_torch_24(slurm_cluster, tmp_path):
         slurm_cluster.run(["scancel", job])
 
     out = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
-    assert out.count("exatrain: the agent received SIGUSR2: passed it to workers") == 2, out  # one agent per node
+    assert out.count("exatrain: the agent received SIGUSR2: passed it to workers") == 2, (
+        out
+    )  # one agent per node
     for rank in range(4):  # every worker got the signal and ended after its checkpoint
         assert (run / f"got-{rank}").is_file() and (run / f"done-{rank}").is_file(), out
         assert f"worker {rank}: resumed" in out, out

@@ -36,8 +36,12 @@ def test_two_nodes_two_tasks_each(slurm_cluster, tmp_path):
 
     ranks = [json.loads((tmp_path / "run" / "ranks" / f"rank-{r}.json").read_text()) for r in range(4)]
     placement = [(r["kind"], r["global_rank"], r["hostname"], r["local_rank"], r["node_rank"]) for r in ranks]
-    assert placement == [("slurm", 0, "node1", 0, 0), ("slurm", 1, "node1", 1, 0),
-                         ("slurm", 2, "node2", 0, 1), ("slurm", 3, "node2", 1, 1)], output
+    assert placement == [
+        ("slurm", 0, "node1", 0, 0),
+        ("slurm", 1, "node1", 1, 0),
+        ("slurm", 2, "node2", 0, 1),
+        ("slurm", 3, "node2", 1, 1),
+    ], output
     assert all(r["world_size"] == 4 and r["main_address"] == "node1" for r in ranks)
     assert len({r["weights_sha256"] for r in ranks}) == 1, "weights differ between ranks"
 

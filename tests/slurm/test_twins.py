@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,13 @@ TWINS = {
 SITES = {
     "lumi-g": ("lumi-g", "small-g", "10.78.", "10.77.", ""),
     # c227ac3's value: gloo failed on ib1; each rank now keeps the interfaces its node has (ib0)
-    "juwels-booster": ("juwels-booster", "booster", "10.79.", "10.79.", 'GLOO_SOCKET_IFNAME = "ib0,ib1,ib2,ib3"'),
+    "juwels-booster": (
+        "juwels-booster",
+        "booster",
+        "10.79.",
+        "10.79.",
+        'GLOO_SOCKET_IFNAME = "ib0,ib1,ib2,ib3"',
+    ),
     "generic": ("generic-nvidia", "generic", "10.77.", "10.77.", ""),
 }
 JOB = """[job]
@@ -74,12 +79,22 @@ def twin_jobs(slurm_cluster, tmp_path_factory):
             where = base / f"{site}-{launch}"
             where.mkdir()
             config = where / "job.toml"
-            config.write_text(JOB.format(profile=profile, partition=partition, launch=launch, probe=PROBE,
-                                         out=where / "out", extra=extra))
+            config.write_text(
+                JOB.format(
+                    profile=profile,
+                    partition=partition,
+                    launch=launch,
+                    probe=PROBE,
+                    out=where / "out",
+                    extra=extra,
+                )
+            )
             r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={where / 'run'}", cwd=where)
             assert r.returncode == 0, r.stdout + r.stderr
             job = r.stdout.split("submitted job ")[1].split()[0]
-            log = Path(next(line.split("stdout  ", 1)[1] for line in r.stdout.splitlines() if "stdout  " in line))
+            log = Path(
+                next(line.split("stdout  ", 1)[1] for line in r.stdout.splitlines() if "stdout  " in line)
+            )
             submitted[site, launch] = (job, log, where / "out")
     done = {}
     for key, (job, log, out) in submitted.items():
@@ -91,8 +106,19 @@ def twin_jobs(slurm_cluster, tmp_path_factory):
 @pytest.mark.parametrize("partition", sorted(TWINS))
 def test_twin_nodes_have_the_sites_interfaces(slurm_cluster, partition):
     nodes, interfaces = TWINS[partition]
-    r = slurm_cluster.run(["srun", f"--partition={partition}", "-N2", "--ntasks-per-node=1", "--mem=100",
-                           "bash", "-c", 'echo "$(hostname) $(ls /sys/class/net | tr "\\n" " ")"'], timeout=60)
+    r = slurm_cluster.run(
+        [
+            "srun",
+            f"--partition={partition}",
+            "-N2",
+            "--ntasks-per-node=1",
+            "--mem=100",
+            "bash",
+            "-c",
+            'echo "$(hostname) $(ls /sys/class/net | tr "\\n" " ")"',
+        ],
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr + slurm_cluster.log_tail()
     seen = {line.split()[0]: set(line.split()[1:]) - {"lo"} for line in r.stdout.splitlines()}
     assert seen == {n: interfaces for n in nodes}, r.stdout
@@ -101,8 +127,12 @@ def test_twin_nodes_have_the_sites_interfaces(slurm_cluster, partition):
 def _split(report: dict) -> tuple[list[dict], list[dict]]:
     """(the rank's connections to the store, its other connections to the other node: gloo's pairs)."""
     port = int(report["seen"]["MASTER_PORT"])
-    cross = [c for c in report["connections"] if c["remote"] != c["local"] and not c["remote"].startswith("127.")]
-    return [c for c in cross if port in (c["rport"], c["lport"])], [c for c in cross if port not in (c["rport"], c["lport"])]
+    cross = [
+        c for c in report["connections"] if c["remote"] != c["local"] and not c["remote"].startswith("127.")
+    ]
+    return [c for c in cross if port in (c["rport"], c["lport"])], [
+        c for c in cross if port not in (c["rport"], c["lport"])
+    ]
 
 
 @pytest.mark.parametrize("launch", ["srun", "torchrun"])
@@ -130,11 +160,26 @@ def test_gloo_job_uses_the_sites_data_network(twin_jobs, site, launch):
 def test_old_gloo_interface_list_fails_on_jsc_twin(slurm_cluster, tmp_path, twin_jobs):
     """c227ac3's GLOO_SOCKET_IFNAME=ib0,ib1,ib2,ib3, given to gloo as it was: every rank fails with gloo's own
     error on the first interface the node lacks (the fixed job above narrows it to ib0 and completes)."""
-    env = dict(_path_env(), GLOO_SOCKET_IFNAME="ib0,ib1,ib2,ib3", MASTER_ADDR="jwb0001i", MASTER_PORT="29611",
-               WORLD_SIZE="2")
-    t0 = time.monotonic()
-    r = slurm_cluster.run(["srun", "--partition=booster", "-N2", "--ntasks-per-node=1", "bash", "-c",
-                           f'RANK=$SLURM_PROCID exec python {PROBE} {tmp_path} 30'], env=env, timeout=120)
+    env = dict(
+        _path_env(),
+        GLOO_SOCKET_IFNAME="ib0,ib1,ib2,ib3",
+        MASTER_ADDR="jwb0001i",
+        MASTER_PORT="29611",
+        WORLD_SIZE="2",
+    )
+    r = slurm_cluster.run(
+        [
+            "srun",
+            "--partition=booster",
+            "-N2",
+            "--ntasks-per-node=1",
+            "bash",
+            "-c",
+            f"RANK=$SLURM_PROCID exec python {PROBE} {tmp_path} 30",
+        ],
+        env=env,
+        timeout=120,
+    )
     assert r.returncode != 0
     assert "Unable to find address for: ib1" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not list(tmp_path.glob("rank-*.json"))
@@ -145,10 +190,15 @@ def test_plain_torchrun_on_jsc_twin_gives_workers_the_management_name(slurm_clus
     name, the management network, so the workers' store connection is refused there and the group never forms
     (the rendered job above advertises jwb0001i and completes)."""
     is_host = '--rdzv-conf=is_host=$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)'
-    agent = (f"exec torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=jwb0001i:29612 "
-             f"--rdzv-id=old {is_host} {PROBE} {tmp_path} 15")
-    r = slurm_cluster.run(["srun", "--partition=booster", "-N2", "--ntasks-per-node=1", "bash", "-c", agent],
-                          env=dict(_path_env(), GLOO_SOCKET_IFNAME="ib0"), timeout=180)
+    agent = (
+        f"exec torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=jwb0001i:29612 "
+        f"--rdzv-id=old {is_host} {PROBE} {tmp_path} 15"
+    )
+    r = slurm_cluster.run(
+        ["srun", "--partition=booster", "-N2", "--ntasks-per-node=1", "bash", "-c", agent],
+        env=dict(_path_env(), GLOO_SOCKET_IFNAME="ib0"),
+        timeout=180,
+    )
     text = r.stdout + r.stderr
     assert r.returncode != 0, text
     assert "'MASTER_ADDR': 'jwb0001'" in text, text  # the workers were given the plain (management) name
@@ -160,10 +210,15 @@ def test_torch_2_4_fallback_gives_workers_the_i_name(slurm_cluster, tmp_path, tw
     machine's torchrun (2.13; the static rendezvous hands its workers --master-addr in both): the workers get
     jwb0001i and the group forms over ib0."""
     shared, per_node = rendezvous_words("i", (2, 4))
-    agent = (f"RDZV_HEAD=jwb0001 RDZV_PORT=29613; exec torchrun {' '.join(shared)} {' '.join(per_node)} "
-             f"--nproc-per-node=1 {PROBE} {tmp_path} 60")
-    r = slurm_cluster.run(["srun", "--partition=booster", "-N2", "--ntasks-per-node=1", "bash", "-c", agent],
-                          env=dict(_path_env(), GLOO_SOCKET_IFNAME="ib0"), timeout=180)
+    agent = (
+        f"RDZV_HEAD=jwb0001 RDZV_PORT=29613; exec torchrun {' '.join(shared)} {' '.join(per_node)} "
+        f"--nproc-per-node=1 {PROBE} {tmp_path} 60"
+    )
+    r = slurm_cluster.run(
+        ["srun", "--partition=booster", "-N2", "--ntasks-per-node=1", "bash", "-c", agent],
+        env=dict(_path_env(), GLOO_SOCKET_IFNAME="ib0"),
+        timeout=180,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     reports = [json.loads((tmp_path / f"rank-{i}.json").read_text()) for i in range(2)]
     assert {r["seen"]["MASTER_ADDR"] for r in reports} == {"jwb0001i"}
@@ -174,10 +229,15 @@ def test_interface_on_no_node_fails_in_seconds_with_a_hint(slurm_cluster, tmp_pa
     """A GLOO_SOCKET_IFNAME naming no interface of the node: `exatrain run` (srun mode) and the node shell of
     torchrun mode (python3 -m exatrain.env.nics) stop at once, naming the interface and the node."""
     env = dict(_path_env(), GLOO_SOCKET_IFNAME="hsn0")
-    for cmd in (["python", "-m", "exatrain.cli.main", "run", str(PROBE), str(tmp_path)],
-                ["python3", "-m", "exatrain.env.nics"]):
-        r = slurm_cluster.run(["srun", "--partition=generic", "-N2", "--ntasks-per-node=1", "--mem=100", *cmd],
-                              env=env, timeout=60)
+    for cmd in (
+        ["python", "-m", "exatrain.cli.main", "run", str(PROBE), str(tmp_path)],
+        ["python3", "-m", "exatrain.env.nics"],
+    ):
+        r = slurm_cluster.run(
+            ["srun", "--partition=generic", "-N2", "--ntasks-per-node=1", "--mem=100", *cmd],
+            env=env,
+            timeout=60,
+        )
         text = r.stdout + r.stderr
         assert r.returncode != 0, text
         for node in ("gen1", "gen2"):

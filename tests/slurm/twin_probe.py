@@ -41,7 +41,9 @@ def connections() -> list[dict]:
         if fields[3] != "01" or fields[9] not in mine:  # 01 = ESTABLISHED
             continue
         (local, lport), (remote, rport) = (f.split(":") for f in fields[1:3])
-        found.append({"local": _ip(local), "lport": int(lport, 16), "remote": _ip(remote), "rport": int(rport, 16)})
+        found.append(
+            {"local": _ip(local), "lport": int(lport, 16), "remote": _ip(remote), "rport": int(rport, 16)}
+        )
     return found
 
 
@@ -53,9 +55,15 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
     total = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(total)
-    report = {"host": socket.gethostname(), "seen": seen, "rank": dist.get_rank(), "world": dist.get_world_size(),
-              "sum": total.item(), "master_ip": socket.gethostbyname(seen["MASTER_ADDR"]),
-              "connections": connections()}
+    report = {
+        "host": socket.gethostname(),
+        "seen": seen,
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "sum": total.item(),
+        "master_ip": socket.gethostbyname(seen["MASTER_ADDR"]),
+        "connections": connections(),
+    }
     dist.barrier()
     (out / f"rank-{dist.get_rank()}.json").write_text(json.dumps(report))
     dist.destroy_process_group()

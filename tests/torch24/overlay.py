@@ -30,11 +30,11 @@ class _Torch24Run(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Torch24Run())
 '''
-TORCHRUN = '''#!{python}
+TORCHRUN = """#!{python}
 import sys
 from torch.distributed.run import main
 sys.exit(main())
-'''
+"""
 
 
 def make_overlay(where: Path, version: str = "2.4.0") -> dict[str, str]:
@@ -42,7 +42,9 @@ def make_overlay(where: Path, version: str = "2.4.0") -> dict[str, str]:
     info = where / f"torch-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
-    (where / "sitecustomize.py").write_text(SITECUSTOMIZE.format(standin=str(Path(__file__).parent / "run24.py")))
+    (where / "sitecustomize.py").write_text(
+        SITECUSTOMIZE.format(standin=str(Path(__file__).parent / "run24.py"))
+    )
     bin_dir = where / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "torchrun").write_text(TORCHRUN.format(python=sys.executable))

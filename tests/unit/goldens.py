@@ -12,7 +12,11 @@ def check_golden(path: Path, text: str) -> None:
     if os.environ.get("EXATRAIN_UPDATE_GOLDEN") == "1":
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
-        pytest.fail(f"golden files rewritten; review the diff ({path.name}: git diff {path.parent}), then "
-                    "run again without EXATRAIN_UPDATE_GOLDEN")
+        pytest.fail(
+            f"golden files rewritten; review the diff ({path.name}: git diff {path.parent}), then "
+            "run again without EXATRAIN_UPDATE_GOLDEN"
+        )
     assert path.is_file(), f"missing {path}: run with EXATRAIN_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs from the rendering (intended? see the module docstring)"
+    assert text == path.read_text(), (
+        f"{path.name} differs from the rendering (intended? see the module docstring)"
+    )

@@ -17,7 +17,11 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, d):
         super().__init__()
-        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(d, 4 * d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.gate_proj, self.up_proj, self.down_proj = (
+            nn.Linear(d, 4 * d),
+            nn.Linear(d, 4 * d),
+            nn.Linear(4 * d, d),
+        )
 
 
 class DecoderLayer(nn.Module):
@@ -54,8 +58,11 @@ class ResNetLike(nn.Module):
         self.conv1, self.bn1, self.relu = nn.Conv2d(3, 8, 7), nn.BatchNorm2d(8), nn.ReLU()
         widths = [8, 8, 16, 32, 64]
         for i in range(4):
-            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(widths[i], widths[i + 1]),
-                                                         BasicBlock(widths[i + 1], widths[i + 1])))
+            setattr(
+                self,
+                f"layer{i + 1}",
+                nn.Sequential(BasicBlock(widths[i], widths[i + 1]), BasicBlock(widths[i + 1], widths[i + 1])),
+            )
         self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(64, 10)
 
 

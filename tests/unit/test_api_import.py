@@ -11,15 +11,31 @@ def _run(code: str) -> str:
 
 
 def test_import_exatrain_does_not_import_torch():
-    assert _run("import sys, exatrain; print('torch' in sys.modules, exatrain.__version__)").startswith("False ")
+    assert _run("import sys, exatrain; print('torch' in sys.modules, exatrain.__version__)").startswith(
+        "False "
+    )
 
 
 def test_public_names_resolve_lazily():
-    out = _run("import sys, exatrain; names = exatrain.__all__; "
-               "[getattr(exatrain, n) for n in names]; print('torch' in sys.modules, len(names))")
+    out = _run(
+        "import sys, exatrain; names = exatrain.__all__; "
+        "[getattr(exatrain, n) for n in names]; print('torch' in sys.modules, len(names))"
+    )
     assert out.startswith("True ")
-    names = ("init", "Context", "parallelize", "full_state_dict", "print0", "save0", "mean_across_ranks",
-             "barrier", "DataLoader", "Checkpointer", "MetricsLog", "Progress")
+    names = (
+        "init",
+        "Context",
+        "parallelize",
+        "full_state_dict",
+        "print0",
+        "save0",
+        "mean_across_ranks",
+        "barrier",
+        "DataLoader",
+        "Checkpointer",
+        "MetricsLog",
+        "Progress",
+    )
     # one interpreter for all (each import of torch costs seconds); each name still resolves on its own
     out = _run(f"import exatrain; print(*(getattr(exatrain, n).__name__ for n in {names!r}))")
     assert out.split() == list(names)
@@ -41,7 +57,7 @@ import exatrain.launch
 seen = []
 exatrain.launch.launch_local = lambda *a, **k: seen.append('torch' in sys.modules) or 0
 from exatrain.cli.main import main
-code = main(["train", "--nproc=2", "--run.dir={tmp_path / 'run'}", "--parallel.pp=2", "--data.seq_len=16"])
+code = main(["train", "--nproc=2", "--run.dir={tmp_path / "run"}", "--parallel.pp=2", "--data.seq_len=16"])
 print(code, seen, 'torch.distributed.pipelining' in sys.modules)
 """
     assert _run(code) == "0 [False] False"
@@ -51,6 +67,8 @@ print(code, seen, 'torch.distributed.pipelining' in sys.modules)
 def test_a_worker_without_pipeline_parallel_does_not_import_pipelining():
     """torch.distributed.pipelining pulls in torch._dynamo and torch.export (most of a second per worker):
     the trainer imports it only where a Pipeline is built."""
-    out = _run("import sys, exatrain.train.entry, exatrain; exatrain.Pipeline; "
-               "print('torch.distributed.pipelining' in sys.modules)")
+    out = _run(
+        "import sys, exatrain.train.entry, exatrain; exatrain.Pipeline; "
+        "print('torch.distributed.pipelining' in sys.modules)"
+    )
     assert out == "False"

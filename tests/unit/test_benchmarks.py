@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 def test_flops_per_token_is_palms_formula():
     model = build_model("small", 512, 128)
     s = model.shape
-    matmul_weights = s.n_layers * 12 * s.dim ** 2 + 512 * s.dim  # blocks + output head (norms are tiny)
+    matmul_weights = s.n_layers * 12 * s.dim**2 + 512 * s.dim  # blocks + output head (norms are tiny)
     fpt = flops_per_token(model, 128)
     attention = 12 * s.n_layers * s.dim * 128
     assert 6 * matmul_weights + attention <= fpt <= 6 * matmul_weights * 1.01 + attention
@@ -22,8 +22,9 @@ def test_flops_per_token_is_palms_formula():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the benchmark would run")
 def test_gpu_mfu_without_cuda_says_so():
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_mfu"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_mfu"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr
 
 
@@ -31,9 +32,33 @@ def test_gpu_mfu_code_path_runs_on_the_cpu_and_every_side_trains_the_same_model(
     """The GPU benchmark's own smoke mode (--device cpu: no measurement) runs every side it can compare, so
     its code cannot rot between the rare runs on a GPU; each side's first loss (the same weights on the same
     batch, before any update) must agree, or the sides would not be like for like."""
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_mfu", "--device", "cpu", "--sizes", "tiny",
-                        "--seq-len", "32", "--batch", "2", "--steps", "1", "--reps", "1", "--warmup", "1",
-                        "--variants", "plain,exatrain,fsdp"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_mfu",
+            "--device",
+            "cpu",
+            "--sizes",
+            "tiny",
+            "--seq-len",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--reps",
+            "1",
+            "--warmup",
+            "1",
+            "--variants",
+            "plain,exatrain,fsdp",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     first = {}
     for line in r.stdout.splitlines():
@@ -56,6 +81,11 @@ def test_engines_benchmark_rotates_the_order_so_each_engine_holds_every_place():
 
 
 def test_engines_benchmark_refuses_fewer_than_five_rounds():
-    r = subprocess.run([sys.executable, "-m", "benchmarks.engines", "--rounds", "2"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.engines", "--rounds", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--rounds 2: fewer than 5 rounds" in r.stderr, r.stderr

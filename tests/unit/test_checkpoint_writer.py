@@ -14,15 +14,21 @@ from exatrain.checkpoint.writer import CheckpointWriter, WritebackFile
 
 def _state() -> dict:
     g = torch.Generator().manual_seed(0)
-    return {"big": torch.randn(512, 1024, generator=g), "small": torch.randn(7, generator=g),
-            "step": torch.tensor(3.0), "note": "text"}
+    return {
+        "big": torch.randn(512, 1024, generator=g),
+        "small": torch.randn(7, generator=g),
+        "step": torch.tensor(3.0),
+        "note": "text",
+    }
 
 
 def test_writeback_file_keeps_every_byte_and_starts_writeback_per_chunk(tmp_path, monkeypatch):
     """A spy on posix_fadvise (the real call still runs) counts the write-back requests."""
     calls = []
     real = os.posix_fadvise
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, adv: (calls.append((off, n, adv)), real(fd, off, n, adv)))
+    monkeypatch.setattr(
+        os, "posix_fadvise", lambda fd, off, n, adv: (calls.append((off, n, adv)), real(fd, off, n, adv))
+    )
     blocks = [os.urandom(300_000) for _ in range(10)]
     with WritebackFile(tmp_path / "f.bin", chunk=1 << 20) as f:
         for b in blocks:
@@ -102,8 +108,9 @@ def test_fsync_dir_syncs_folders_closes_them_and_ignores_missing_ones(tmp_path, 
     one descriptor that is closed again; a missing folder and a file system refusing fsync are no errors."""
     opened, synced, closed = [], [], []
     real_open, real_fsync, real_close = os.open, os.fsync, os.close
-    monkeypatch.setattr(os, "open", lambda p, flags, *a: opened.append((str(p), real_open(p, flags, *a)))
-                        or opened[-1][1])
+    monkeypatch.setattr(
+        os, "open", lambda p, flags, *a: opened.append((str(p), real_open(p, flags, *a))) or opened[-1][1]
+    )
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
 

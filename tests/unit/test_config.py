@@ -26,24 +26,35 @@ def test_toml_file_then_overrides_win(tmp_path):
 
 
 def test_round_trip_through_toml(tmp_path):
-    cfg = load_config(None, ["--run.dir=a \"quoted\" dir", "--train.steps=3"])
+    cfg = load_config(None, ['--run.dir=a "quoted" dir', "--train.steps=3"])
     f = tmp_path / "c.toml"
     f.write_text(to_toml(cfg))
     assert load_config(str(f)) == cfg
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("--train.stepz=5", "valid keys of [train]: steps"),
-    ("--trian.steps=5", "valid sections: run, model, data, train, dist"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("--train.stepz=5", "valid keys of [train]: steps"),
+        ("--trian.steps=5", "valid sections: run, model, data, train, dist"),
+    ],
+)
 def test_unknown_keys_list_valid_ones(override, needle):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])
     assert needle in str(e.value) and "HINT:" in str(e.value)
 
 
-@pytest.mark.parametrize("override", ["--train.steps=five", "--train.steps=1.5", "--train.steps=true",
-                                      "--train.eval_at_start=1", "--model.size=3"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "--train.steps=five",
+        "--train.steps=1.5",
+        "--train.steps=true",
+        "--train.eval_at_start=1",
+        "--model.size=3",
+    ],
+)
 def test_wrong_types_rejected(override):
     with pytest.raises(ConfigError, match="must be") as e:
         load_config(None, [override])
@@ -71,13 +82,19 @@ def test_docs_reference_matches_the_code():
     text = (ROOT / "docs" / "configuration.md").read_text()
     start = text.index("<!-- config-reference:start -->\n") + len("<!-- config-reference:start -->\n")
     end = text.index("<!-- config-reference:end -->")
-    assert text[start:end].strip() == reference().strip(), "regenerate with: .venv/bin/python scripts/update_docs.py"
+    assert text[start:end].strip() == reference().strip(), (
+        "regenerate with: .venv/bin/python scripts/update_docs.py"
+    )
 
 
 def test_job_section_from_file_and_overrides(tmp_path):
     f = tmp_path / "job.toml"
-    f.write_text('[job]\nnodes = 2\ntime = 90\nextra_sbatch = ["--exclusive"]\n[job.env]\nB = "2"\nA = "x y"\n')
-    cfg = load_config(str(f), ["--job.nodes=4", '--job.command=["python", "train.py"]', "--job.launch=torchrun"])
+    f.write_text(
+        '[job]\nnodes = 2\ntime = 90\nextra_sbatch = ["--exclusive"]\n[job.env]\nB = "2"\nA = "x y"\n'
+    )
+    cfg = load_config(
+        str(f), ["--job.nodes=4", '--job.command=["python", "train.py"]', "--job.launch=torchrun"]
+    )
     job = cfg.job
     assert (job.nodes, job.time, job.launch) == (4, "90", "torchrun")
     assert job.env == (("A", "x y"), ("B", "2")) and job.extra_sbatch == ("--exclusive",)
@@ -88,11 +105,16 @@ def test_job_section_from_file_and_overrides(tmp_path):
     assert load_config(None, ['--job.env={NCCL_DEBUG="INFO"}']).job.env == (("NCCL_DEBUG", "INFO"),)
 
 
-@pytest.mark.parametrize(("override", "needle"), [
-    ("--job.nodes=two", "job.nodes must be int"), ("--job.env={A=1}", "job.env must be a table of strings"),
-    ("--job.extra_sbatch=--exclusive", "job.extra_sbatch must be a list of strings"),
-    ("--job.time=true", "job.time must be str | int"), ("--job.gpus=2", "unknown config key job.gpus"),
-])
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("--job.nodes=two", "job.nodes must be int"),
+        ("--job.env={A=1}", "job.env must be a table of strings"),
+        ("--job.extra_sbatch=--exclusive", "job.extra_sbatch must be a list of strings"),
+        ("--job.time=true", "job.time must be str | int"),
+        ("--job.gpus=2", "unknown config key job.gpus"),
+    ],
+)
 def test_job_section_type_errors(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("|", r"\|")) as e:
         load_config(None, [override])

@@ -6,7 +6,6 @@ it becomes the command. Plus the job spec's container_start check and the binds 
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -66,6 +65,10 @@ def test_symlinked_paths_are_bound_by_both_names(tmp_path):
     (tmp_path / "scratch").mkdir()
     (tmp_path / "scratch" / "p").symlink_to(real)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[data]\npath = "{tmp_path}/scratch/p/data"\n[job]\ncontainer_venv = "{tmp_path}/scratch/p/venv"\n')
+    cfg.write_text(
+        f'[data]\npath = "{tmp_path}/scratch/p/data"\n[job]\ncontainer_venv = "{tmp_path}/scratch/p/venv"\n'
+    )
     binds = rank_paths(load_config(str(cfg), []), tmp_path / "runs" / "x", tmp_path)
-    assert {f"{tmp_path}/scratch/p/data", str(real / "data"), f"{tmp_path}/scratch/p", str(real)} <= set(binds)
+    assert {f"{tmp_path}/scratch/p/data", str(real / "data"), f"{tmp_path}/scratch/p", str(real)} <= set(
+        binds
+    )

@@ -70,7 +70,9 @@ def test_synthetic_is_cached_and_identical(tmp_path):
     for s in fresh.splits:
         assert np.array_equal(a.splits[s], fresh.splits[s]) and np.array_equal(b.splits[s], fresh.splits[s])
     # no cache at all
-    assert np.array_equal(load_corpus("synthetic", None, None, seed=3, **SMALL).splits["train"], fresh.splits["train"])
+    assert np.array_equal(
+        load_corpus("synthetic", None, None, seed=3, **SMALL).splits["train"], fresh.splits["train"]
+    )
 
 
 def test_incomplete_entry_is_ignored_and_replaced(tmp_path):
@@ -97,7 +99,9 @@ def _writer(cache_dir, log_dir, barrier, inside, queue):
     import functools
 
     barrier.wait(timeout=_HANG_S)
-    c = cached_corpus(cache_dir, "synthetic", [], {"seed": 5}, functools.partial(_racing_build, 5, log_dir, inside))
+    c = cached_corpus(
+        cache_dir, "synthetic", [], {"seed": 5}, functools.partial(_racing_build, 5, log_dir, inside)
+    )
     h = hashlib.sha256()
     for s in ("train", "valid", "test"):
         h.update(np.ascontiguousarray(c.splits[s]).tobytes())
@@ -111,7 +115,9 @@ def test_concurrent_writers_all_succeed_with_identical_data(tmp_path):
     cache, builds = tmp_path / "cache", tmp_path / "builds"
     builds.mkdir()
     barrier, inside, queue = ctx.Barrier(n), ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(str(cache), str(builds), barrier, inside, queue)) for _ in range(n)]
+    procs = [
+        ctx.Process(target=_writer, args=(str(cache), str(builds), barrier, inside, queue)) for _ in range(n)
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -34,7 +34,10 @@ def test_wikitext_both_naming_schemes(tmp_path, scheme):
     v = c.vocab
     assert c.name == "wikitext" and set(c.splits) == {"train", "valid", "test"}
     assert all(a.dtype == np.int32 for a in c.splits.values())
-    assert v.decode(c.splits["train"]) == "= Title = <eos> the cat sat on the mat <eos> the dog sat <eos>".split()
+    assert (
+        v.decode(c.splits["train"])
+        == "= Title = <eos> the cat sat on the mat <eos> the dog sat <eos>".split()
+    )
     # vocabulary from train only: "ran", "a", "bird" are unknown
     assert "ran" not in v and "bird" not in v
     assert v.decode(c.splits["valid"]) == ["the", "cat", "<unk>", "<eos>"]
@@ -82,7 +85,9 @@ def test_non_utf8_file_names_the_file(tmp_path):
     assert "iconv" in str(e.value)
 
 
-@pytest.mark.skipif(not (SHARED_WIKITEXT / "valid.txt").is_file(), reason="no shared WikiText-2 valid/test copy")
+@pytest.mark.skipif(
+    not (SHARED_WIKITEXT / "valid.txt").is_file(), reason="no shared WikiText-2 valid/test copy"
+)
 def test_shared_wikitext2_valid_test(tmp_path):
     with pytest.raises(DataError, match="lacks the train split"):
         load_corpus("wikitext", SHARED_WIKITEXT, tmp_path)
@@ -187,7 +192,9 @@ def test_synthetic_is_learnable():
 
 
 def test_synthetic_small_vocab_and_errors():
-    c = synthetic_corpus(vocab_size=64, n_topics=4, n_train_tokens=5000, n_valid_tokens=500, n_test_tokens=500)
+    c = synthetic_corpus(
+        vocab_size=64, n_topics=4, n_train_tokens=5000, n_valid_tokens=500, n_test_tokens=500
+    )
     assert len(c.vocab) == 64 and c.splits["train"].max() < 64
     assert SyntheticLanguage(vocab_size=64, n_topics=4).entropy_perplexity() > 1
     with pytest.raises(DataError, match="too small") as e:

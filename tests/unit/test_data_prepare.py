@@ -1,8 +1,8 @@
 """prepare_wikitext2 against a local HTTP server on 127.0.0.1 (never the internet)."""
 
 import functools
-import random
 import io
+import random
 import socket
 import threading
 import zipfile

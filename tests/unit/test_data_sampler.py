@@ -82,8 +82,10 @@ def _global_steps(samplers, steps):
 @pytest.mark.parametrize("W_save,W_resume", [(4, 2), (2, 4), (1, 4), (4, 1)])
 def test_resume_mid_epoch_at_another_world_size(W_save, W_resume):
     n, G, done_steps = 128, 16, 3
-    savers = [GlobalBatchSampler(n, G, rank=r, world_size=W_save, micro_batch=G // W_save // 2, seed=9)
-              for r in range(W_save)]
+    savers = [
+        GlobalBatchSampler(n, G, rank=r, world_size=W_save, micro_batch=G // W_save // 2, seed=9)
+        for r in range(W_save)
+    ]
     before = _global_steps(savers, done_steps)
     states = [s.state_dict() for s in savers]
     assert all(st == states[0] for st in states)  # the position is global

@@ -10,8 +10,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 from exatrain.cli.reference import cli_reference, hints_in, troubleshooting
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +20,14 @@ REGENERATE = "regenerate with: .venv/bin/python scripts/update_docs.py"
 def test_mkdocs_builds_strict(tmp_path):
     """Every page is in the navigation, every link between pages resolves, the theme and extensions load."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "site" / "troubleshooting" / "index.html").is_file()
 
@@ -37,8 +41,14 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     page = site / "docs" / "index.md"
     page.write_text(page.read_text() + "\nSee [the missing page](no-such-page.md).\n")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "out")],
-                       cwd=site, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "out")],
+        cwd=site,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0 and "no-such-page.md" in r.stdout + r.stderr
 
 
@@ -51,9 +61,15 @@ def test_troubleshooting_lists_every_hint_of_the_code():
 
 
 def test_the_hint_scanner_finds_hints_in_every_form():
-    tree = ast.parse('raise ConfigError(f"key {k!r} bad", "use " + "x")\nExatrainError("a", "b")\n'
-                     'ValueError("not ours")\nraise errors.DataError("m " "n", f"h {1 + 2}")\n')
-    assert [(m, h) for _, m, h in hints_in(tree)] == [("key {k} bad", "use x"), ("a", "b"), ("m n", "h {1 + 2}")]
+    tree = ast.parse(
+        'raise ConfigError(f"key {k!r} bad", "use " + "x")\nExatrainError("a", "b")\n'
+        'ValueError("not ours")\nraise errors.DataError("m " "n", f"h {1 + 2}")\n'
+    )
+    assert [(m, h) for _, m, h in hints_in(tree)] == [
+        ("key {k} bad", "use x"),
+        ("a", "b"),
+        ("m n", "h {1 + 2}"),
+    ]
 
 
 def test_readme_is_at_most_200_lines():
@@ -72,10 +88,11 @@ def test_modules_share_a_base_name_only_with_the_reason_in_their_docstrings():
         if path.name not in ("__init__.py", "__main__.py"):
             by_name[path.name].append(path)
     shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
-    for name, paths in shared.items():
+    for paths in shared.values():
         for path in paths:
             for other in paths:
                 assert other == path or _docstring_names(path, other), (
                     f"{path.relative_to(ROOT)} shares its name with {other.relative_to(ROOT)}: rename one, or, when "
-                    f"they are one concept in two layers, name the other in each docstring and say why")
+                    f"they are one concept in two layers, name the other in each docstring and say why"
+                )
     assert set(shared) >= {"affinity.py", "local.py"}, "the list of shared names this test guards changed"

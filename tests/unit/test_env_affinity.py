@@ -6,7 +6,13 @@ import os
 import pytest
 
 from exatrain.env.affinity import (
-    check_rank, expected_cores, format_ranges, format_table, gpu_numa_nodes, mask_to_cores, parse_cpulist,
+    check_rank,
+    expected_cores,
+    format_ranges,
+    format_table,
+    gpu_numa_nodes,
+    mask_to_cores,
+    parse_cpulist,
     physical_gpu,
 )
 from exatrain.slurm import load_profile
@@ -22,7 +28,9 @@ def test_lumi_masks_are_the_gcd_ccds():
     for gcd, mask in enumerate(masks):
         assert mask_to_cores(mask) == gcd_cores(gcd), f"GCD {gcd}"
         assert int(mask, 16) == gcd_mask(gcd), f"GCD {gcd}"
-    assert format_ranges(gcd_cores(0)) == "49-55" and format_ranges(gcd_cores(4)) == "1-7"  # the seed's own words
+    assert (
+        format_ranges(gcd_cores(0)) == "49-55" and format_ranges(gcd_cores(4)) == "1-7"
+    )  # the seed's own words
 
 
 def test_cpulist_round_trip():
@@ -56,7 +64,9 @@ def test_profile_mask_off_the_gpus_numa_node_is_reported(tmp_path):
     _fake_sysfs(tmp_path)  # GPU 1 sits on NUMA node 1 = cores 4-7
     good = check_rank(0, "n", 1, 0, ("0x1", "0x30"), actual={4, 5}, root=str(tmp_path))
     assert good.verdict == "ok"
-    wrong = check_rank(0, "n", 1, 0, ("0x1", "0x6"), actual={1, 2}, root=str(tmp_path))  # bound as the mask says
+    wrong = check_rank(
+        0, "n", 1, 0, ("0x1", "0x6"), actual={1, 2}, root=str(tmp_path)
+    )  # bound as the mask says
     assert wrong.verdict == "MISMATCH: profile mask cores 1-2 are off the GPU's NUMA node"
 
 

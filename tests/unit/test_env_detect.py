@@ -69,7 +69,14 @@ def torchrun_worker(rank, *, nproc=4, nnodes=2, addr="node1", port="29400"):
 
 
 def layout(env):
-    return (env.world_size, env.global_rank, env.local_rank, env.local_world_size, env.node_rank, env.num_nodes)
+    return (
+        env.world_size,
+        env.global_rank,
+        env.local_rank,
+        env.local_world_size,
+        env.node_rank,
+        env.num_nodes,
+    )
 
 
 def assert_env_error(environ, *names, **kwargs):
@@ -114,9 +121,7 @@ def test_torchrun_inside_slurm_step_is_torchelastic():
     assert env.job_id == JOB
 
 
-@pytest.mark.parametrize(
-    ("procid", "localid", "nodeid"), [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
-)
+@pytest.mark.parametrize(("procid", "localid", "nodeid"), [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)])
 def test_srun_two_nodes_two_tasks_each(procid, localid, nodeid):
     env = detect_environment(srun_task(procid, localid, nodeid))
     assert env.kind == "slurm"
@@ -126,7 +131,9 @@ def test_srun_two_nodes_two_tasks_each(procid, localid, nodeid):
     assert env.job_id == JOB and env.notes == ()
 
 
-@pytest.mark.parametrize(("procid", "localid", "nodeid", "local_world"), [(0, 0, 0, 2), (1, 1, 0, 2), (2, 0, 1, 1)])
+@pytest.mark.parametrize(
+    ("procid", "localid", "nodeid", "local_world"), [(0, 0, 0, 2), (1, 1, 0, 2), (2, 0, 1, 1)]
+)
 def test_srun_uneven_step_uses_step_variables(procid, localid, nodeid, local_world):
     environ = srun_task(procid, localid, nodeid, ntasks=3, tasks_per_node="2,1")
     env = detect_environment(environ)
@@ -194,8 +201,13 @@ def test_mpich_pmi():
 
 
 def _ompi(rank, size, local_rank, local_size, **more):
-    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
-            "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size), **more}
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+        **more,
+    }
 
 
 def test_mpi_on_one_node_knows_its_node():
@@ -222,12 +234,15 @@ def test_mpi_loopback_master_over_several_nodes_is_still_refused():
         check_master(env, resolve=lambda host: host)
 
 
-@pytest.mark.parametrize(("hosts", "expected"), [
-    (["a", "a", "b", "b"], [(0, 2), (0, 2), (1, 2), (1, 2)]),                  # by slot
-    (["a", "b", "a", "b"], [(0, 2), (1, 2), (0, 2), (1, 2)]),                  # --map-by node
-    (["a", "a", "a", "b"], [(0, 2), (0, 2), (0, 2), (1, 2)]),                  # uneven hosts (a:3, b:1)
-    (["b", "a", "c"], [(0, 3), (1, 3), (2, 3)]),                               # any order: by first rank
-])
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        (["a", "a", "b", "b"], [(0, 2), (0, 2), (1, 2), (1, 2)]),  # by slot
+        (["a", "b", "a", "b"], [(0, 2), (1, 2), (0, 2), (1, 2)]),  # --map-by node
+        (["a", "a", "a", "b"], [(0, 2), (0, 2), (0, 2), (1, 2)]),  # uneven hosts (a:3, b:1)
+        (["b", "a", "c"], [(0, 3), (1, 3), (2, 3)]),  # any order: by first rank
+    ],
+)
 def test_mpi_node_layout_from_host_names(hosts, expected):
     assert [node_layout(hosts, r) for r in range(len(hosts))] == expected
 
@@ -351,18 +366,36 @@ def test_torchelastic_contradictions(changes, names):
     ("environ", "names"),
     [
         (
-            {"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-             "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "MASTER_ADDR": "cn01"},
+            {
+                "OMPI_COMM_WORLD_RANK": "4",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+                "MASTER_ADDR": "cn01",
+            },
             ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"],
         ),
         (
-            {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-             "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+            {
+                "OMPI_COMM_WORLD_RANK": "0",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
             ["MASTER_ADDR", "hostname"],
         ),
-        ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MASTER_ADDR": "cn01"}, ["MPI_LOCALNRANKS"]),
         (
-            {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "4", "MASTER_ADDR": "x"},
+            {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MASTER_ADDR": "cn01"},
+            ["MPI_LOCALNRANKS"],
+        ),
+        (
+            {
+                "PMI_RANK": "0",
+                "PMI_SIZE": "2",
+                "MPI_LOCALRANKID": "0",
+                "MPI_LOCALNRANKS": "4",
+                "MASTER_ADDR": "x",
+            },
             ["MPI_LOCALNRANKS", "PMI_SIZE"],
         ),
     ],
@@ -388,38 +421,77 @@ def test_restart_count_from_torchrun_or_slurm():
 
     assert detect_environment({}).restart_count == 0
     assert detect_environment({"SLURM_RESTART_COUNT": "2"}).restart_count == 2
-    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1"}
+    torchrun = {
+        "TORCHELASTIC_RUN_ID": "x",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RESTART_COUNT": "1",
+    }
     assert detect_environment(torchrun).restart_count == 1
 
 
 def test_note_when_torchrun_may_restart_with_a_shared_store():
     """torch 2.13's agent keeps its shared store across restarts (pytorch#135712): say how to avoid it."""
-    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500", "TORCHELASTIC_MAX_RESTARTS": "2"}
+    torchrun = {
+        "TORCHELASTIC_RUN_ID": "x",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_MAX_RESTARTS": "2",
+    }
     assert detect_environment(torchrun).notes == ()
     shared = detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True"})
     assert len(shared.notes) == 1 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in shared.notes[0]
     assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"}).notes == ()
-    assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True",
-                               "TORCHELASTIC_MAX_RESTARTS": "0"}).notes == ()
+    assert (
+        detect_environment(
+            {**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_MAX_RESTARTS": "0"}
+        ).notes
+        == ()
+    )
 
 
 def test_who_hosts_the_store_under_torchrun_and_elsewhere():
     """With the agent's store shared, ranks are its clients; with sharing off (as `--max-restarts` sets it)
     rank 0 must host the store at MASTER_PORT itself, as under srun or mpirun."""
-    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-                "GROUP_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    torchrun = {
+        "TORCHELASTIC_RUN_ID": "x",
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "29500",
+    }
     assert detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "True"}).launcher_hosts_store
     assert not detect_environment({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"}).launcher_hosts_store
     assert not detect_environment(torchrun).launcher_hosts_store
-    assert not detect_environment({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
-                                   "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-                                   "MASTER_ADDR": "h"}).launcher_hosts_store
+    assert not detect_environment(
+        {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "MASTER_ADDR": "h",
+        }
+    ).launcher_hosts_store
 
 
 def test_local_launch_turns_store_sharing_off_only_when_restarts_are_allowed():
     from exatrain.launch.local import agent_environment
 
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in agent_environment(0, {"PATH": "/bin"})
-    assert agent_environment(2, {"PATH": "/bin"}) == {"PATH": "/bin", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    assert agent_environment(2, {"PATH": "/bin"}) == {
+        "PATH": "/bin",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }

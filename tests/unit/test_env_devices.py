@@ -79,8 +79,13 @@ def test_visibility_problem(environ, name, tmp_path):
 
 def test_slurm_gres_binding_on_nvidia_nodes_is_fine(tmp_path):
     """--gpus-per-task=1, local task 1: SLURM sets CUDA=ROCR=1; CUDA ignores ROCR_VISIBLE_DEVICES."""
-    assert visibility_problem({"CUDA_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path)) is None
-    assert visibility_problem({"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path)) is not None
+    assert (
+        visibility_problem({"CUDA_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path)) is None
+    )
+    assert (
+        visibility_problem({"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "1"}, str(tmp_path))
+        is not None
+    )
 
 
 def test_count_node_gpus_empty_tree(tmp_path):

@@ -13,9 +13,16 @@ HOST = socket.gethostname()
 
 def _slurm(node_rank, master=None, nodes="n[1-2]", tasks="1(x2)", world=2):
     """Rank `node_rank` of a 2-node srun step, as SLURM describes it (optionally with a MASTER_ADDR export)."""
-    env = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(node_rank), "SLURM_LOCALID": "0",
-           "SLURM_NODEID": str(node_rank), "SLURM_STEP_NODELIST": nodes, "SLURM_STEP_NUM_TASKS": str(world),
-           "SLURM_STEP_TASKS_PER_NODE": tasks}
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": str(node_rank),
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": str(node_rank),
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_STEP_NUM_TASKS": str(world),
+        "SLURM_STEP_TASKS_PER_NODE": tasks,
+    }
     if master:
         env["MASTER_ADDR"] = master
     return detect_environment(env)
@@ -33,7 +40,9 @@ def test_loopback_master_on_several_nodes(master):
 
 
 def test_own_hostname_on_a_later_node():
-    with pytest.raises(ClusterEnvError, match="own host name, but rank 1 on node 1 of 2 is not on the first node") as e:
+    with pytest.raises(
+        ClusterEnvError, match="own host name, but rank 1 on node 1 of 2 is not on the first node"
+    ) as e:
         check_master(_slurm(1, HOST), resolve=_accept)
     assert "SLURM_JOB_NODELIST" in e.value.hint
     check_master(_slurm(0, HOST), resolve=_accept)  # on the first node its own name is right
@@ -50,7 +59,9 @@ def test_unresolvable_master_is_refused_with_a_hint(monkeypatch):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "gethostbyname", unknown)
-    with pytest.raises(ClusterEnvError, match="cannot resolve the master host 'no-such-node-exatrain.invalid'") as e:
+    with pytest.raises(
+        ClusterEnvError, match="cannot resolve the master host 'no-such-node-exatrain.invalid'"
+    ) as e:
         check_master(_slurm(0, "no-such-node-exatrain.invalid"))
     assert asked == ["no-such-node-exatrain.invalid"] and "suffix" in e.value.hint
 

@@ -46,9 +46,16 @@ def test_no_listed_interface_on_the_node_names_them_and_the_node(tmp_path):
 
 def test_module_prints_the_value_or_fails_with_a_hint():
     """`python3 -m exatrain.env.nics` on this machine: lo exists everywhere, no-such-nic nowhere."""
+
     def run(value):
-        return subprocess.run([sys.executable, "-m", "exatrain.env.nics"], capture_output=True, text=True,
-                              env={"GLOO_SOCKET_IFNAME": value, "PATH": "/usr/bin:/bin"}, timeout=30)
+        return subprocess.run(
+            [sys.executable, "-m", "exatrain.env.nics"],
+            capture_output=True,
+            text=True,
+            env={"GLOO_SOCKET_IFNAME": value, "PATH": "/usr/bin:/bin"},
+            timeout=30,
+        )
+
     ok = run("no-such-nic,lo")
     assert (ok.returncode, ok.stdout.strip()) == (0, "lo"), ok.stderr
     bad = run("no-such-nic")

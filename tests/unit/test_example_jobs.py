@@ -17,9 +17,11 @@ except ModuleNotFoundError:  # Python 3.10
 from tests.conftest import run_exatrain
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = [(example, profile)
-        for example in ("course_lm", "vision_resnet", "hf_causal_lm", "horovod_own", "deepspeed_own")
-        for profile in ("lumi-g", "juwels-booster")]
+JOBS = [
+    (example, profile)
+    for example in ("course_lm", "vision_resnet", "hf_causal_lm", "horovod_own", "deepspeed_own")
+    for profile in ("lumi-g", "juwels-booster")
+]
 
 
 def _options(script: Path) -> tuple[set[str], set[str]]:
@@ -52,5 +54,7 @@ def test_job_file_renders_and_starts_the_example(example, profile, tmp_path):
         assert re.search(runner + re.escape(shlex.join([target, *args])), script), script
     defined, required = _options(ROOT / target)
     given = {a for a in args if a.startswith("--")}
-    assert given <= defined, f"{path.name} passes options {sorted(given - defined)} that {target} does not define"
+    assert given <= defined, (
+        f"{path.name} passes options {sorted(given - defined)} that {target} does not define"
+    )
     assert required <= given, f"{path.name} lacks the required {sorted(required - given)} of {target}"

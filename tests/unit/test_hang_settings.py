@@ -5,8 +5,6 @@ tests/distributed/test_hangs.py)."""
 import time
 from pathlib import Path
 
-import pytest
-
 from exatrain.cli.main import main
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame
@@ -40,27 +38,41 @@ def test_the_trainer_refuses_a_bad_timeout_before_starting(capsys, tmp_path):
 
 
 def _report(step, enqueued, completed, where="train.py:5 (main)", stalled=25.0):
-    return {"host": "nid1", "pid": 10, "step": step, "phase": "step", "stalled_s": stalled, "where": where,
-            "collective": {"op": "gloo:all_reduce", "enqueued": enqueued, "completed": completed}}
+    return {
+        "host": "nid1",
+        "pid": 10,
+        "step": step,
+        "phase": "step",
+        "stalled_s": stalled,
+        "where": where,
+        "collective": {"op": "gloo:all_reduce", "enqueued": enqueued, "completed": completed},
+    }
 
 
 def test_the_rank_that_never_entered_the_collective_is_named():
     reports = {0: _report(7, 7, 6), 1: _report(7, 7, 6), 2: _report(7, 6, 6, "train.py:9 (stall)")}
     text = diagnose(reports, {}, 3, 20)
-    assert text.startswith("exatrain: HANG (no progress for over 20 s): rank 2 (nid1, pid 10) has made no "
-                           "progress for 25 s at step 7 in phase step at train.py:9 (stall); rank(s) 0,1 wait in "
-                           "gloo:all_reduce #7, which rank(s) 2 never entered")
+    assert text.startswith(
+        "exatrain: HANG (no progress for over 20 s): rank 2 (nid1, pid 10) has made no "
+        "progress for 25 s at step 7 in phase step at train.py:9 (stall); rank(s) 0,1 wait in "
+        "gloo:all_reduce #7, which rank(s) 2 never entered"
+    )
 
 
 def test_without_a_flight_recorder_the_rank_behind_is_named_and_a_silent_rank_mentioned():
-    reports = {0: {**_report(8, 0, 0), "collective": None}, 1: {**_report(7, 0, 0, "x.py:3 (f)"), "collective": None}}
+    reports = {
+        0: {**_report(8, 0, 0), "collective": None},
+        1: {**_report(7, 0, 0, "x.py:3 (f)"), "collective": None},
+    }
     text = diagnose(reports, {}, 3, 20)
     assert "rank 1 (nid1, pid 10) has made no progress for 25 s at step 7" in text and "rank 0 (" not in text
     assert "no report from rank(s) 2" in text
 
 
 def test_a_stopped_rank_is_named_first():
-    stopped = {3: {"host": "nid2", "pid": 7, "step": 4, "phase": "data", "silent_s": 30.0, "where": "t.py:1 (g)"}}
+    stopped = {
+        3: {"host": "nid2", "pid": 7, "step": 4, "phase": "data", "silent_s": 30.0, "where": "t.py:1 (g)"}
+    }
     text = diagnose({0: _report(5, 5, 4)}, stopped, 4, 20)
     assert "rank 3 (nid2, pid 7) stopped beating 30 s ago" in text and "stands at t.py:1 (g)" in text
     assert "rank(s) 0 wait in gloo:all_reduce #5" in text
@@ -77,9 +89,11 @@ def test_the_stall_line_is_the_users_frame_not_a_library_one():
 
 def test_py_spy_frames_of_the_main_thread_are_read_innermost_first():
     # the shape of `py-spy dump --full-filenames` output (py-spy 0.4.3, as tests/distributed/test_hangs.py runs it)
-    text = ("Process 5: python x.py\nPython v3.11.7\n\nThread 5 (idle): \"MainThread\"\n"
-            "    stall (/home/me/x.py:23)\n    main (/home/me/x.py:35)\n"
-            "Thread 6 (idle): \"watcher\"\n    wait (/usr/lib/python3.11/threading.py:331)\n")
+    text = (
+        'Process 5: python x.py\nPython v3.11.7\n\nThread 5 (idle): "MainThread"\n'
+        "    stall (/home/me/x.py:23)\n    main (/home/me/x.py:35)\n"
+        'Thread 6 (idle): "watcher"\n    wait (/usr/lib/python3.11/threading.py:331)\n'
+    )
     assert pyspy_frames(text) == [("/home/me/x.py", 23, "stall"), ("/home/me/x.py", 35, "main")]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-STUB = "#!/bin/bash\necho \"$(basename \"$0\") $*\" >> \"$(dirname \"$0\")/calls\"\n"
+STUB = '#!/bin/bash\necho "$(basename "$0") $*" >> "$(dirname "$0")/calls"\n'
 
 
 @pytest.fixture
@@ -26,8 +26,10 @@ def repo(tmp_path):
 
 
 def _install(repo, extras):
-    r = subprocess.run(["bash", "scripts/install.sh", extras], cwd=repo, capture_output=True, text=True, timeout=60)
-    calls = (repo / ".venv" / "bin" / "calls")
+    r = subprocess.run(
+        ["bash", "scripts/install.sh", extras], cwd=repo, capture_output=True, text=True, timeout=60
+    )
+    calls = repo / ".venv" / "bin" / "calls"
     return r, calls.read_text() if calls.exists() else ""
 
 
@@ -45,7 +47,9 @@ def test_installed_extras_are_not_installed_again(repo):
     assert calls == "", "nothing may run pip (or anything else of the venv)"
 
 
-@pytest.mark.parametrize("before", ["test", None, "changed"], ids=["an extra missing", "no stamp", "other pyproject"])
+@pytest.mark.parametrize(
+    "before", ["test", None, "changed"], ids=["an extra missing", "no stamp", "other pyproject"]
+)
 def test_anything_else_installs(repo, before):
     if before == "test":
         _installed(repo, "test")

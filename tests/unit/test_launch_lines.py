@@ -24,6 +24,7 @@ class Recorder(LineWriter):
         def spy(fd, data):
             self.writes.append(bytes(data))
             return real(fd, data)
+
         os.write = spy
         try:
             super()._emit(text)
@@ -67,7 +68,10 @@ def test_a_failure_is_recorded_in_torchruns_format_unless_the_script_recorded_on
     path = tmp_path / "error.json"
     record_failure("ValueError: bad", collections.deque(["a", "b"]), str(path))
     message = json.loads(path.read_text())["message"]
-    assert message["message"] == "ValueError: bad" and message["extraInfo"]["exatrain_last_lines"] == ["a", "b"]
+    assert message["message"] == "ValueError: bad" and message["extraInfo"]["exatrain_last_lines"] == [
+        "a",
+        "b",
+    ]
     assert int(message["extraInfo"]["timestamp"]) == message["extraInfo"]["exatrain_time_ns"] // 10**9
     record_failure("other", collections.deque(), str(path))  # torch's @record wrote it first: kept
     assert json.loads(path.read_text())["message"]["message"] == "ValueError: bad"
@@ -84,9 +88,23 @@ def test_the_first_failure_is_chosen_by_the_runners_nanoseconds_not_by_whole_sec
     def failure(rank, ns):
         path = tmp_path / f"{rank}.json"
         if ns is not None:
-            path.write_text(json.dumps({"message": {"message": "x", "extraInfo": {
-                "timestamp": str(1_700_000_000), "exatrain_time_ns": ns}}}))
-        return ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=1 if ns else -15, error_file=str(path))
+            path.write_text(
+                json.dumps(
+                    {
+                        "message": {
+                            "message": "x",
+                            "extraInfo": {"timestamp": str(1_700_000_000), "exatrain_time_ns": ns},
+                        }
+                    }
+                )
+            )
+        return ProcessFailure(
+            local_rank=rank, pid=100 + rank, exitcode=1 if ns else -15, error_file=str(path)
+        )
 
-    failures = {0: failure(0, 1_700_000_000_900_000_000), 1: failure(1, None), 2: failure(2, 1_700_000_000_100_000_000)}
+    failures = {
+        0: failure(0, 1_700_000_000_900_000_000),
+        1: failure(1, None),
+        2: failure(2, 1_700_000_000_100_000_000),
+    }
     assert first_failure(failures)[0] == 2

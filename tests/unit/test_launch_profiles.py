@@ -37,7 +37,11 @@ def test_lumi_values():
 
 
 def test_user_path_profile(tmp_path):
-    text = (PROFILE_DIR / "generic-nvidia.toml").read_text().replace('name = "generic-nvidia"', 'name = "mysite"')
+    text = (
+        (PROFILE_DIR / "generic-nvidia.toml")
+        .read_text()
+        .replace('name = "generic-nvidia"', 'name = "mysite"')
+    )
     path = tmp_path / "mysite.toml"
     path.write_text(text.replace("gpus_per_node = 4", "gpus_per_node = 2"))
     profile = load_profile(str(path))
@@ -46,12 +50,12 @@ def test_user_path_profile(tmp_path):
 
 def test_unknown_key_rejected(tmp_path):
     path = tmp_path / "bad.toml"
-    path.write_text('gpu_count = 3\n' + (PROFILE_DIR / "cpu.toml").read_text())
+    path.write_text("gpu_count = 3\n" + (PROFILE_DIR / "cpu.toml").read_text())
     with pytest.raises(ConfigError, match="unknown key") as exc:
         load_profile(str(path))
     assert "HINT: valid keys:" in str(exc.value) and "gpus_per_node" in exc.value.hint
     # appended at the end, TOML puts the key into the last [[billing]] table: rejected there too
-    path.write_text((PROFILE_DIR / "cpu.toml").read_text() + '\ngpu_count = 3\n')
+    path.write_text((PROFILE_DIR / "cpu.toml").read_text() + "\ngpu_count = 3\n")
     with pytest.raises(ConfigError, match="unknown key.*billing rule") as exc:
         load_profile(str(path))
     assert "units_per_gpu_hour" in exc.value.hint
@@ -71,7 +75,9 @@ def test_bad_mask_count(tmp_path):
 
 
 def test_spec_from_dict_and_errors():
-    spec = JobSpec.from_dict({"nodes": 2, "time": 90, "env": {"B": "2", "A": "1"}, "command": ["python", "x.py"]})
+    spec = JobSpec.from_dict(
+        {"nodes": 2, "time": 90, "env": {"B": "2", "A": "1"}, "command": ["python", "x.py"]}
+    )
     assert spec.slurm_time() == "01:30:00" and spec.env == (("A", "1"), ("B", "2"))
     with pytest.raises(ConfigError, match="unknown config key job.node") as exc:
         JobSpec.from_dict({"node": 2})
@@ -80,10 +86,17 @@ def test_spec_from_dict_and_errors():
         JobSpec.from_dict({"nodes": "2"})
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(nodes=0), "at least 1"), (dict(launch="mpirun"), "not a launch mode"), (dict(time="1:5:5:5"), "not a SLURM time"),
-    (dict(time="0"), "not a time"), (dict(signal="USR2"), "SIG@SECONDS"), (dict(extra_sbatch=("-N2",)), "long flag"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(nodes=0), "at least 1"),
+        (dict(launch="mpirun"), "not a launch mode"),
+        (dict(time="1:5:5:5"), "not a SLURM time"),
+        (dict(time="0"), "not a time"),
+        (dict(signal="USR2"), "SIG@SECONDS"),
+        (dict(extra_sbatch=("-N2",)), "long flag"),
+    ],
+)
 def test_spec_value_errors(kwargs, match):
     with pytest.raises(ConfigError, match=match) as exc:
         JobSpec(**kwargs)
@@ -91,32 +104,49 @@ def test_spec_value_errors(kwargs, match):
 
 
 def test_launch_never_imports_torch():
-    code = ("import sys, exatrain.launch, exatrain.slurm.spec, exatrain.slurm.profiles, exatrain.slurm.sbatch, "
-            "exatrain.slurm.billing, exatrain.launch.local, exatrain.slurm.runner, exatrain.slurm.submit, "
-            "exatrain.slurm.sweep, exatrain.env.affinity, exatrain.env.master_check; "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    code = (
+        "import sys, exatrain.launch, exatrain.slurm.spec, exatrain.slurm.profiles, exatrain.slurm.sbatch, "
+        "exatrain.slurm.billing, exatrain.launch.local, exatrain.slurm.runner, exatrain.slurm.submit, "
+        "exatrain.slurm.sweep, exatrain.env.affinity, exatrain.env.master_check; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2]
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["sbatch", "--job.profile=lumi-g"], ["cost", "--job.profile=cpu"],
-                                  ["submit", "--dry-run", "--job.profile=cpu", "--run.dir=/tmp/x"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["sbatch", "--job.profile=lumi-g"],
+        ["cost", "--job.profile=cpu"],
+        ["submit", "--dry-run", "--job.profile=cpu", "--run.dir=/tmp/x"],
+    ],
+)
 def test_cli_job_paths_never_import_torch(argv):
     """What a login node runs stays instant: no torch on these paths (timings: benchmarks/cli_startup.py)."""
-    code = ("import runpy, sys; sys.argv = ['exatrain', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('exatrain.cli.main', run_name='__main__')\n"
-            "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]\n"
-            "print(bad, file=sys.stderr); sys.exit(bool(bad))")
-    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                            cwd=Path(__file__).parents[2])
+    code = (
+        "import runpy, sys; sys.argv = ['exatrain', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('exatrain.cli.main', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]\n"
+        "print(bad, file=sys.stderr); sys.exit(bool(bad))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=Path(__file__).parents[2]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("name", "limits", "over", "cores"), [
-    ("juwels-booster", {"booster": "24:00:00", "develbooster": "02:00:00"}, ("24:01:00", "02:01:00"), 48),
-    ("jureca-dc", {"dc-gpu": "24:00:00", "dc-gpu-devel": "02:00:00"}, ("24:01:00", "02:01:00"), 128),
-])
+@pytest.mark.parametrize(
+    ("name", "limits", "over", "cores"),
+    [
+        ("juwels-booster", {"booster": "24:00:00", "develbooster": "02:00:00"}, ("24:01:00", "02:01:00"), 48),
+        ("jureca-dc", {"dc-gpu": "24:00:00", "dc-gpu-devel": "02:00:00"}, ("24:01:00", "02:01:00"), 128),
+    ],
+)
 def test_jsc_partitions_carry_time_limits_only(name, limits, over, cores):
     """The README's JSC caveat, exactly: each partition has a time limit (24 h production, 2 h development),
     which is checked, and no node or memory limit, so none is checked (a 5000-node job with 2 TB per node
@@ -131,4 +161,5 @@ def test_jsc_partitions_carry_time_limits_only(name, limits, over, cores):
             JobSpec(partition=part, time=too_long).check_against(p)
     assert p.cores_per_node == cores
     assert [(b.rule, b.partitions, b.units_per_node_hour, b.unit) for b in p.billing] == [
-        ("whole-node", (), float(cores), "core-hours")]
+        ("whole-node", (), float(cores), "core-hours")
+    ]

@@ -32,8 +32,14 @@ def test_torch_2_4_gets_the_static_rendezvous_with_the_suffixed_master():
 def test_torchrun_parses_the_words(version):
     torch_run = pytest.importorskip("torch.distributed.run")
     shared, per_node = rendezvous_words("i", version)
-    values = {"$RDZV_HEAD": "jwb0001", "$RDZV_PORT": "29400", "$SLURM_JOB_ID": "7", "$SLURM_NNODES": "2",
-              "$SLURMD_NODENAME": "jwb0002", "$SLURM_NODEID": "1"}
+    values = {
+        "$RDZV_HEAD": "jwb0001",
+        "$RDZV_PORT": "29400",
+        "$SLURM_JOB_ID": "7",
+        "$SLURM_NNODES": "2",
+        "$SLURMD_NODENAME": "jwb0002",
+        "$SLURM_NODEID": "1",
+    }
     text = " ".join(shared + per_node)
     for k, v in values.items():
         text = text.replace(f'"{k}"', v)

@@ -17,17 +17,25 @@ import pytest
 
 from exatrain.errors import ConfigError
 from exatrain.slurm import JobSpec, bundled_profiles, load_profile, render_sbatch, sbatch_flags
-from tests.unit.lumi_gcd import gcd_mask
 from tests.unit.goldens import check_golden
+from tests.unit.lumi_gcd import gcd_mask
 
 GOLDEN = Path(__file__).with_name("golden")
 HOSTILE = "a'b\"c $(touch /tmp/pwned) d"
-SPEC = JobSpec(nodes=2, time="01:30:00", account="project_465000123", name="golden",
-               env=(("EXTRA_FLAG", "on"),), extra_sbatch=("--exclusive",))
+SPEC = JobSpec(
+    nodes=2,
+    time="01:30:00",
+    account="project_465000123",
+    name="golden",
+    env=(("EXTRA_FLAG", "on"),),
+    extra_sbatch=("--exclusive",),
+)
 
 
 def _render(profile, mode, **changes):
-    return render_sbatch(dataclasses.replace(SPEC, launch=mode, **changes), load_profile(profile), "runs/golden")
+    return render_sbatch(
+        dataclasses.replace(SPEC, launch=mode, **changes), load_profile(profile), "runs/golden"
+    )
 
 
 @pytest.mark.parametrize("mode", ["srun", "torchrun"])
@@ -40,8 +48,9 @@ def test_golden(profile, mode):
 
 def test_every_profile_has_goldens():
     assert len(bundled_profiles()) == 6
-    assert sorted(GOLDEN.glob("*.sbatch")) == sorted(GOLDEN / f"{p}-{m}.sbatch" for p in bundled_profiles()
-                                                    for m in ("srun", "torchrun"))
+    assert sorted(GOLDEN.glob("*.sbatch")) == sorted(
+        GOLDEN / f"{p}-{m}.sbatch" for p in bundled_profiles() for m in ("srun", "torchrun")
+    )
 
 
 @pytest.mark.parametrize("container", ["", "/images/pytorch.sif"])
@@ -77,8 +86,14 @@ def test_render_is_the_same_in_a_new_interpreter_with_another_hash_seed(hash_see
 
     here = {f"{p}-{m}": _render(p, m) for p in bundled_profiles() for m in ("srun", "torchrun")}
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    out = subprocess.run([sys.executable, "-c", _RENDER_ALL], capture_output=True, text=True, env=env,
-                         cwd=Path(__file__).parents[2], check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _RENDER_ALL],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[2],
+        check=True,
+    ).stdout
     assert json.loads(out) == here
 
 
@@ -86,11 +101,20 @@ def test_lumi_srun_has_masks_presets_and_caches():
     text = _render("lumi-g", "srun")
     bind = re.search(r"--cpu-bind=mask_cpu:([0-9a-fx,]+)", text)
     assert bind, "no --cpu-bind mask list in the LUMI script"
-    assert [int(m, 16) for m in bind.group(1).split(",")] == [gcd_mask(g) for g in range(8)]  # local rank = GCD
-    for line in ("export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3", "export NCCL_NET_GDR_LEVEL=PHB",
-                 "export FI_CXI_RDZV_PROTO=alt_read", "export HSA_FORCE_FINE_GRAIN_PCIE=1",
-                 'export MIOPEN_USER_DB_PATH="$NODE_CACHE"/miopen', "#SBATCH --ntasks-per-node=8",
-                 "#SBATCH --gpus-per-node=8", "#SBATCH --signal=USR2@120", "set -euo pipefail"):
+    assert [int(m, 16) for m in bind.group(1).split(",")] == [
+        gcd_mask(g) for g in range(8)
+    ]  # local rank = GCD
+    for line in (
+        "export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3",
+        "export NCCL_NET_GDR_LEVEL=PHB",
+        "export FI_CXI_RDZV_PROTO=alt_read",
+        "export HSA_FORCE_FINE_GRAIN_PCIE=1",
+        'export MIOPEN_USER_DB_PATH="$NODE_CACHE"/miopen',
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --signal=USR2@120",
+        "set -euo pipefail",
+    ):
         assert line in text
     assert "rocm-smi" in text and "command -v" in text
 
@@ -106,11 +130,17 @@ def test_torchrun_mode_rendezvous():
 def test_rendezvous_one_liner_expands_node_list(tmp_path):
     """The torchrun script's Python one-liner prints the first host and the job's derived port."""
     text = _render("generic-nvidia", "torchrun")
-    line = next(l for l in text.splitlines() if l.startswith("RDZV=$("))
+    line = next(ln for ln in text.splitlines() if ln.startswith("RDZV=$("))
     script = f'SLURM_JOB_NODELIST="nid[005002-005003]" SLURM_JOB_ID=4242\n{line}\necho "$RDZV"\n'
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[2],
-                         env={**os.environ, "PATH": os.path.dirname(__import__("sys").executable) + ":" + os.environ["PATH"]})
+    out = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, "PATH": os.path.dirname(__import__("sys").executable) + ":" + os.environ["PATH"]},
+    )
     from exatrain.env.ports import derive_port
+
     assert out.stdout.strip() == f"nid005002 {derive_port('4242')}", out.stderr
 
 
@@ -118,8 +148,9 @@ def test_container_propagates_environment():
     text = _render("lumi-g", "srun", container_image="/images/my image.sif")
     assert 'export SINGULARITYENV_NCCL_SOCKET_IFNAME="$NCCL_SOCKET_IFNAME"' in text
     assert "singularity exec" in text and "'/images/my image.sif'" in text
-    assert 'export APPTAINERENV_OMP_NUM_THREADS="$OMP_NUM_THREADS"' in _render("generic-nvidia", "srun",
-                                                                               container_image="/i.sif")
+    assert 'export APPTAINERENV_OMP_NUM_THREADS="$OMP_NUM_THREADS"' in _render(
+        "generic-nvidia", "srun", container_image="/i.sif"
+    )
 
 
 def _shell_words(text):
@@ -130,24 +161,36 @@ def _shell_words(text):
 def test_hostile_values_are_inert(tmp_path):
     marker = tmp_path / "pwned"
     hostile = HOSTILE.replace("/tmp/pwned", str(marker))
-    name = HOSTILE.replace("/tmp/pwned", "pwned")  # no '/' in a job name; run in tmp_path, it would touch marker
-    spec = dataclasses.replace(SPEC, name=name, env=(("NOTE", hostile),), container_image=f"/img/{hostile}.sif",
-                               command=("echo", hostile))
+    name = HOSTILE.replace(
+        "/tmp/pwned", "pwned"
+    )  # no '/' in a job name; run in tmp_path, it would touch marker
+    spec = dataclasses.replace(
+        SPEC,
+        name=name,
+        env=(("NOTE", hostile),),
+        container_image=f"/img/{hostile}.sif",
+        command=("echo", hostile),
+    )
     run_dir = f"runs/{hostile}"
     text = render_sbatch(spec, load_profile("generic-nvidia"), run_dir)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     for value in (hostile, run_dir, f"/img/{hostile}.sif"):
         quoted = shlex.quote(value)
         assert quoted in text
-        out = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, cwd=tmp_path)
+        out = subprocess.run(
+            ["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, cwd=tmp_path
+        )
         assert out.stdout == value
     # The RUN_DIR and export lines, executed for real, keep the value literally.
-    lines = [l for l in text.splitlines() if l.startswith(("RUN_DIR=", "export NOTE="))]
-    out = subprocess.run(["bash", "-c", "\n".join(lines) + '\nprintf "%s|%s" "$RUN_DIR" "$NOTE"'],
-                         capture_output=True, text=True)
+    lines = [ln for ln in text.splitlines() if ln.startswith(("RUN_DIR=", "export NOTE="))]
+    out = subprocess.run(
+        ["bash", "-c", "\n".join(lines) + '\nprintf "%s|%s" "$RUN_DIR" "$NOTE"'],
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout == f"{run_dir}|{hostile}"
     # The #SBATCH line is double-quoted for sbatch's own parser and stays on one line.
-    name_line = next(l for l in text.splitlines() if l.startswith("#SBATCH --job-name="))
+    name_line = next(ln for ln in text.splitlines() if ln.startswith("#SBATCH --job-name="))
     assert name_line == '#SBATCH --job-name="a\'b\\"c $(touch pwned) d"'
     assert not marker.exists()
 
@@ -170,14 +213,21 @@ def test_exit_code_75_requeues_from_the_batch_shell(tmp_path, exit_code, requeue
     arguments matter here; the real requeue path is tested on the SLURM testbed in tests/slurm)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text(f"#!/bin/bash\ncase \"$*\" in *exatrain*) exit {exit_code};; esac\nexit 0\n")
-    (bin_dir / "scontrol").write_text(f"#!/bin/bash\necho \"$*\" >> {tmp_path}/scontrol.log\n")
+    (bin_dir / "srun").write_text(f'#!/bin/bash\ncase "$*" in *exatrain*) exit {exit_code};; esac\nexit 0\n')
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/scontrol.log\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     script = tmp_path / "job.sh"
     script.write_text(render_sbatch(SPEC, load_profile("cpu"), str(tmp_path / "run")))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "j",
-           "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "1", "USER": "u"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "j",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_NNODES": "1",
+        "SLURM_CPUS_PER_TASK": "1",
+        "USER": "u",
+    }
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == exit_code, r.stderr
     log = tmp_path / "scontrol.log"

@@ -21,14 +21,19 @@ from tests.unit.goldens import check_golden
 from tests.unit.lumi_gcd import gcd_mask
 
 GOLDEN = Path(__file__).with_name("golden") / "script"
-SCRIPT_JOB = JobSpec(nodes=2, time="00:20:00", account="project_465000123", name="ddp",
-                     command=("python", "examples/torchrun_ddp/train.py", "--epochs", "3"))
+SCRIPT_JOB = JobSpec(
+    nodes=2,
+    time="00:20:00",
+    account="project_465000123",
+    name="ddp",
+    command=("python", "examples/torchrun_ddp/train.py", "--epochs", "3"),
+)
 
 
 def _launch_line(spec, profile="juwels-booster", config=("runs/x.toml", "[train]\n")):
     """The words of the rendered script's last launch line (the rank command and what precedes it there)."""
     text = render_sbatch(dataclasses.replace(spec, profile=profile), load_profile(profile), "runs/x", config)
-    line = next(l for l in reversed(text.splitlines()) if l.endswith("|| rc=$?"))
+    line = next(ln for ln in reversed(text.splitlines()) if ln.endswith("|| rc=$?"))
     return shlex.split(line.removesuffix(" || rc=$?")), text
 
 
@@ -42,28 +47,49 @@ def test_golden_script_job(profile, mode):
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
-@pytest.mark.parametrize("command", [
-    ["exatrain", "train"], [".venv/bin/exatrain", "train"], ["/opt/venv/bin/exatrain", "train", "--train.steps=5"],
-    ["python3", "-m", "exatrain.cli.main", "train"], ["/usr/bin/python3.11", "-m", "exatrain.cli.main", "train"], ["python", "-m", "exatrain", "train"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["exatrain", "train"],
+        [".venv/bin/exatrain", "train"],
+        ["/opt/venv/bin/exatrain", "train", "--train.steps=5"],
+        ["python3", "-m", "exatrain.cli.main", "train"],
+        ["/usr/bin/python3.11", "-m", "exatrain.cli.main", "train"],
+        ["python", "-m", "exatrain", "train"],
+    ],
+)
 def test_trainer_is_recognised_however_spelled(command):
     """The trainer keeps its own words and gets --config, --run.dir and JSC's master suffix, whatever
     the path or interpreter it is started with (`.venv/bin/exatrain train` used to lose all three)."""
     words, _ = _launch_line(JobSpec(nodes=2, command=tuple(command)))
-    assert words[-len(command) - 3:] == [*command, "--config=runs/x.toml", "--run.dir=runs/x", "--dist.master_suffix=i"]
+    assert words[-len(command) - 3 :] == [
+        *command,
+        "--config=runs/x.toml",
+        "--run.dir=runs/x",
+        "--dist.master_suffix=i",
+    ]
 
 
-@pytest.mark.parametrize("command, target", [
-    (["python", "train.py", "--lr", "3e-4"], ["--", "train.py", "--lr", "3e-4"]),
-    (["python3", "-u", "train.py"], ["--", "train.py"]),
-    (["/opt/conda/bin/python3.11", "-m", "pkg.train", "--x"], ["-m", "pkg.train", "--x"]),
-])
+@pytest.mark.parametrize(
+    "command, target",
+    [
+        (["python", "train.py", "--lr", "3e-4"], ["--", "train.py", "--lr", "3e-4"]),
+        (["python3", "-u", "train.py"], ["--", "train.py"]),
+        (["/opt/conda/bin/python3.11", "-m", "pkg.train", "--x"], ["-m", "pkg.train", "--x"]),
+    ],
+)
 def test_python_command_is_wrapped_in_exatrain_run_in_srun_mode(command, target):
     """The same interpreter runs `exatrain run` with the profile (its master suffix and CPU masks); the
     script's own arguments stay after it; nothing is appended for exatrain's trainer."""
     words, text = _launch_line(JobSpec(nodes=2, command=tuple(command)))
-    assert words[-len(target) - 5:] == [command[0], "-m", "exatrain.cli.main", "run", "--profile=juwels-booster",
-                                        *target]
+    assert words[-len(target) - 5 :] == [
+        command[0],
+        "-m",
+        "exatrain.cli.main",
+        "run",
+        "--profile=juwels-booster",
+        *target,
+    ]
     assert "--config=" not in " ".join(words)
     assert "`exatrain run` gives the script torchrun's variables" in text
 
@@ -76,7 +102,9 @@ def test_bare_script_is_wrapped_with_the_exatrain_command():
 def test_python_command_gets_its_variables_from_torchrun_in_torchrun_mode():
     """No `exatrain run` wrapper (torchrun sets RANK, ...): the same interpreter runs the script through the
     script runner; a bare script (run through its #! line) is left as it is."""
-    words, text = _launch_line(JobSpec(nodes=2, launch="torchrun", command=("python", "train.py", "--lr", "1")))
+    words, text = _launch_line(
+        JobSpec(nodes=2, launch="torchrun", command=("python", "train.py", "--lr", "1"))
+    )
     assert words == ["python", "-u", "-m", "exatrain.launch.script_runner", "train.py", "--lr", "1"]
     assert "--no-python \\\n    python -u -m exatrain.launch.script_runner train.py" in text
     words, _ = _launch_line(JobSpec(nodes=2, launch="torchrun", command=("python3", "-m", "pkg.train")))
@@ -85,23 +113,31 @@ def test_python_command_gets_its_variables_from_torchrun_in_torchrun_mode():
     assert words == ["train.py", "--lr", "1"]
 
 
-@pytest.mark.parametrize(("job", "masked"), [
-    (dict(), True),                                       # standard-g, all 8 GCDs: whole nodes, masks
-    (dict(gpus_per_node=4), False),                       # 4 of 8 GCDs: the step need not hold the masks' cores
-    (dict(partition="small-g", gpus_per_node=2), False),  # shared partition, part of a node
-])
+@pytest.mark.parametrize(
+    ("job", "masked"),
+    [
+        (dict(), True),  # standard-g, all 8 GCDs: whole nodes, masks
+        (dict(gpus_per_node=4), False),  # 4 of 8 GCDs: the step need not hold the masks' cores
+        (dict(partition="small-g", gpus_per_node=2), False),  # shared partition, part of a node
+    ],
+)
 def test_torchrun_mode_passes_the_jobs_masks_to_the_script_runner(job, masked):
     """One task per node holds all its cores in torchrun mode: the script runner gets the masks of the job's
     GPUs (expected masks from the seed's GCD-to-CCD table, tests/unit/lumi_gcd.py) and binds each worker;
     where the job holds no masks' cores it gets none, and the script keeps its own arguments."""
     spec = JobSpec(launch="torchrun", command=("python", "train.py", "--lr", "1"), **job)
     words, text = _launch_line(spec, profile="lumi-g")
-    after = words[words.index("exatrain.launch.script_runner") + 1:]
+    after = words[words.index("exatrain.launch.script_runner") + 1 :]
     if masked:
         option, _, masks = after[0].partition("=")
-        assert option == "--gpu-cpu-masks" and [int(m, 16) for m in masks.split(",")] == [gcd_mask(g) for g in range(8)]
+        assert option == "--gpu-cpu-masks" and [int(m, 16) for m in masks.split(",")] == [
+            gcd_mask(g) for g in range(8)
+        ]
         assert after[1:] == ["train.py", "--lr", "1"]
-        assert "the script runner binds each\n# worker to the profile's mask of its GPU (--gpu-cpu-masks)" in text
+        assert (
+            "the script runner binds each\n# worker to the profile's mask of its GPU (--gpu-cpu-masks)"
+            in text
+        )
     else:
         assert after == ["train.py", "--lr", "1"]
         assert "# CPU binding: no per-GPU masks:" in text
@@ -110,7 +146,9 @@ def test_torchrun_mode_passes_the_jobs_masks_to_the_script_runner(job, masked):
 def test_torchrun_mode_on_cpu_nodes_passes_one_mask_per_local_rank(tmp_path):
     """A CPU profile's masks are per local rank (--cpu-masks); the bundled `cpu` profile has none."""
     path = tmp_path / "pinned.toml"
-    path.write_text((PROFILE_DIR / "cpu.toml").read_text().replace("cpu_masks = []", 'cpu_masks = ["0x1", "0x2"]'))
+    path.write_text(
+        (PROFILE_DIR / "cpu.toml").read_text().replace("cpu_masks = []", 'cpu_masks = ["0x1", "0x2"]')
+    )
     spec = JobSpec(launch="torchrun", gpus_per_node=2, command=("python", "-m", "pkg.train"))
     words, text = _launch_line(spec, profile=str(path))
     assert words[-4:] == ["exatrain.launch.script_runner", "--cpu-masks=0x1,0x2", "-m", "pkg.train"]
@@ -122,7 +160,9 @@ def test_torchrun_mode_on_cpu_nodes_passes_one_mask_per_local_rank(tmp_path):
 def test_wrapped_script_sees_all_gpus_of_its_node():
     """A profile that binds one GPU per task would make cuda:LOCAL_RANK invalid for LOCAL_RANK > 0: a wrapped
     script gets --gpus-per-node instead; exatrain's trainer keeps the profile's --gpus-per-task."""
-    per_task = dataclasses.replace(load_profile("generic-nvidia"), visibility="gpus-per-task")  # a user's profile
+    per_task = dataclasses.replace(
+        load_profile("generic-nvidia"), visibility="gpus-per-task"
+    )  # a user's profile
     script = render_sbatch(dataclasses.replace(SCRIPT_JOB, profile="generic-nvidia"), per_task, "r")
     trainer = render_sbatch(JobSpec(nodes=2), per_task, "r")
     own = render_sbatch(JobSpec(nodes=2, command=("exatrain", "run", "t.py")), per_task, "r")
@@ -134,7 +174,7 @@ def test_wrapped_script_sees_all_gpus_of_its_node():
 @pytest.mark.parametrize("command", [["sleep", "300"], ["bash", "run.sh"], ["exatrain", "run", "train.py"]])
 def test_other_commands_run_as_given(command):
     words, text = _launch_line(JobSpec(nodes=1, command=tuple(command)))
-    assert words[-len(command):] == command and words.count("run") == command.count("run")
+    assert words[-len(command) :] == command and words.count("run") == command.count("run")
     if command[0] != "exatrain":
         assert "runs as\n# given, with only SLURM's variables" in text
 
@@ -160,7 +200,10 @@ def test_example_job_files_render(name, profile):
     assert f"# Generated by exatrain: profile {profile}, launch mode srun." in srun
     assert f"python -m exatrain.cli.main run --profile={profile} -- examples/torchrun_ddp/train.py" in srun
     # the script runner, with the job's masks where it has some (lumi-g: whole nodes), starts the script
-    assert re.search(r"--no-python \\\n    python -u -m exatrain.launch.script_runner (--gpu-cpu-masks=\S+ )?"
-                     r"examples/torchrun_ddp/train.py", torchrun)
+    assert re.search(
+        r"--no-python \\\n    python -u -m exatrain.launch.script_runner (--gpu-cpu-masks=\S+ )?"
+        r"examples/torchrun_ddp/train.py",
+        torchrun,
+    )
     for text in (srun, torchrun):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0

@@ -15,16 +15,20 @@ from exatrain.errors import ConfigError
 from exatrain.slurm import JobSpec, bundled_profiles, load_profile, render_sbatch
 from exatrain.slurm.profiles import PROFILE_DIR
 
-ROCM7 = ("/appl/local/laifs/containers/lumi-multitorch-u24r70f21m50t210-20260415_130625/"
-         "lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif")  # LUMI AI guide, May 2026
-ROCM64 = ("/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743/"
-          "lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif")  # LUMI AI guide, February 2026
+ROCM7 = (
+    "/appl/local/laifs/containers/lumi-multitorch-u24r70f21m50t210-20260415_130625/"
+    "lumi-multitorch-full-u24r70f21m50t210-20260415_130625.sif"
+)  # LUMI AI guide, May 2026
+ROCM64 = (
+    "/appl/local/laifs/containers/lumi-multitorch-u24r64f21m43t29-20260225_144743/"
+    "lumi-multitorch-full-u24r64f21m43t29-20260225_144743.sif"
+)  # LUMI AI guide, February 2026
 OLD = "/appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.4-python-3.12-pytorch-v2.7.1.sif"
 
 
 def _exports(text):
     lines = [line for line in text.splitlines() if line.startswith("export ") and "=" in line]
-    return dict(line[len("export "):].split("=", 1) for line in lines if "ENV_" not in line.split("=")[0])
+    return dict(line[len("export ") :].split("=", 1) for line in lines if "ENV_" not in line.split("=")[0])
 
 
 def _sbatch(text):
@@ -115,15 +119,24 @@ def _profile_with(tmp_path, text, base="lumi-g"):
     return str(path)
 
 
-@pytest.mark.parametrize("text, match, hint", [
-    ('[[presets]]\nname = "x"\nimage = ["*"]\n', "unknown key", "images"),
-    ('[[presets]]\nname = "x"\nimages = "/appl/*"\n', "images must be a non-empty list", '"" stands for'),
-    ('[[presets]]\nimages = ["*"]\n', "name must be a non-empty string", "container generation"),
-    ('[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nNCCL_NET = "AWS Libfabric"\n', "sets NCCL_NET",
-     "[multi_node_env]"),
-    ('[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nFI_CXI_RDZV_PROTO = 1\n',
-     "must be a table of strings", "quote numbers"),
-])
+@pytest.mark.parametrize(
+    "text, match, hint",
+    [
+        ('[[presets]]\nname = "x"\nimage = ["*"]\n', "unknown key", "images"),
+        ('[[presets]]\nname = "x"\nimages = "/appl/*"\n', "images must be a non-empty list", '"" stands for'),
+        ('[[presets]]\nimages = ["*"]\n', "name must be a non-empty string", "container generation"),
+        (
+            '[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nNCCL_NET = "AWS Libfabric"\n',
+            "sets NCCL_NET",
+            "[multi_node_env]",
+        ),
+        (
+            '[[presets]]\nname = "x"\nimages = ["*"]\n[presets.env]\nFI_CXI_RDZV_PROTO = 1\n',
+            "must be a table of strings",
+            "quote numbers",
+        ),
+    ],
+)
 def test_wrong_preset_entries_are_named_with_a_hint(tmp_path, text, match, hint):
     with pytest.raises(ConfigError, match=match) as exc:
         load_profile(_profile_with(tmp_path, text))
@@ -153,14 +166,23 @@ def test_a_refused_requeue_keeps_the_exit_code_and_says_how_to_go_on(tmp_path):
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text("#!/bin/bash\ncase \"$*\" in *exatrain*) exit 75;; esac\nexit 0\n")
-    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 'Requested operation is presently disabled' >&2\nexit 1\n")
+    (bin_dir / "srun").write_text('#!/bin/bash\ncase "$*" in *exatrain*) exit 75;; esac\nexit 0\n')
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/bash\necho 'Requested operation is presently disabled' >&2\nexit 1\n"
+    )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     script = tmp_path / "job.sh"
     script.write_text(render_sbatch(JobSpec(), load_profile("cpu"), str(tmp_path / "run")))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "j",
-           "SLURM_JOB_NODELIST": "n1", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "1", "USER": "u"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "j",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_NNODES": "1",
+        "SLURM_CPUS_PER_TASK": "1",
+        "USER": "u",
+    }
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 75, r.stderr
     assert "SLURM refused to requeue job 4242" in r.stderr

@@ -88,12 +88,20 @@ master_node:20:289 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:192.168
 """
 
 
-@pytest.mark.parametrize("log, network, plugin", [
-    (IB_ROCE, "IB", "internal"), (RCCL_IB, "IB", "internal"),
-    (IBEXT, "IB", "NCCL RDMA Plugin v6"),
-    (OFI_SLINGSHOT, "OFI", "aws-ofi-nccl 1.6.0"), (OFI_EFA, "OFI", "aws-ofi-nccl 1.3.0aws"),
-    (SOCKET, "Socket", None), (RCCL_SOCKET, "Socket", "internal"),
-    (OLD_NCCL_IB, "IB", "internal"), ("", None, None)])
+@pytest.mark.parametrize(
+    "log, network, plugin",
+    [
+        (IB_ROCE, "IB", "internal"),
+        (RCCL_IB, "IB", "internal"),
+        (IBEXT, "IB", "NCCL RDMA Plugin v6"),
+        (OFI_SLINGSHOT, "OFI", "aws-ofi-nccl 1.6.0"),
+        (OFI_EFA, "OFI", "aws-ofi-nccl 1.3.0aws"),
+        (SOCKET, "Socket", None),
+        (RCCL_SOCKET, "Socket", "internal"),
+        (OLD_NCCL_IB, "IB", "internal"),
+        ("", None, None),
+    ],
+)
 def test_nccl_network_and_plugin_from_real_logs(log, network, plugin):
     assert doctor.nccl_setup(log) == {"network": network, "plugin": plugin}
 
@@ -103,7 +111,10 @@ def test_nccl_debug_variables_point_each_rank_at_its_own_file(tmp_path, monkeypa
     for name in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):
         monkeypatch.delenv(name, raising=False)
     assert nccl_debug.nccl_debug_env(tmp_path, 3) == {
-        "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": str(tmp_path / "nccl-rank3.log")}
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": str(tmp_path / "nccl-rank3.log"),
+    }
     path = nccl_debug.enable_nccl_debug_log(tmp_path / "logs", 5)
     assert path == tmp_path / "logs" / "nccl-rank5.log" and path.parent.is_dir()
     assert os.environ["NCCL_DEBUG"] == "INFO" and os.environ["NCCL_DEBUG_FILE"] == str(path)
@@ -120,13 +131,26 @@ def test_per_rank_nccl_logs_fail_a_multi_node_job_on_sockets(tmp_path):
         for rank, log in enumerate(logs):
             path = nccl_debug.nccl_debug_log_path(tmp_path, rank)
             path.write_text(log)
-            out.append({"rank": rank, "host": f"nid00{rank}", "device": "cuda:0", "visible_gpus": 1,
-                        "ranks_on_node": 1, "interfaces": ["hsn0"], "caches": {}, "nccl": _nccl_report(path)})
+            out.append(
+                {
+                    "rank": rank,
+                    "host": f"nid00{rank}",
+                    "device": "cuda:0",
+                    "visible_gpus": 1,
+                    "ranks_on_node": 1,
+                    "interfaces": ["hsn0"],
+                    "caches": {},
+                    "nccl": _nccl_report(path),
+                }
+            )
         return out
 
     good = reports([OFI_SLINGSHOT, OFI_SLINGSHOT])
-    assert good[1]["nccl"] == {"network": "OFI", "plugin": "aws-ofi-nccl 1.6.0",
-                               "log": str(tmp_path / "nccl-rank1.log")}
+    assert good[1]["nccl"] == {
+        "network": "OFI",
+        "plugin": "aws-ofi-nccl 1.6.0",
+        "log": str(tmp_path / "nccl-rank1.log"),
+    }
     assert doctor.failures(good, "nccl") == []
     [(problem, hint)] = doctor.failures(reports([OFI_SLINGSHOT, RCCL_SOCKET]), "nccl")
     assert problem.startswith("NCCL uses NET/Socket between nodes (TCP) (rank(s) 1)") and "aws-ofi" in hint
@@ -136,8 +160,18 @@ def test_per_rank_nccl_logs_fail_a_multi_node_job_on_sockets(tmp_path):
 
 
 def test_socket_between_nodes_fails_with_a_hint():
-    reports = [{"rank": r, "host": f"nid00{r}", "device": "cuda:0", "visible_gpus": 1, "ranks_on_node": 1,
-                "interfaces": ["hsn0"], "caches": {"/tmp": True}} for r in range(2)]
+    reports = [
+        {
+            "rank": r,
+            "host": f"nid00{r}",
+            "device": "cuda:0",
+            "visible_gpus": 1,
+            "ranks_on_node": 1,
+            "interfaces": ["hsn0"],
+            "caches": {"/tmp": True},
+        }
+        for r in range(2)
+    ]
     assert doctor.failures(reports, "nccl", "OFI") == []
     [(problem, hint)] = doctor.failures(reports, "nccl", "Socket")
     assert "NET/Socket" in problem and "aws-ofi" in hint
@@ -150,7 +184,9 @@ def test_gpu_visibility_and_caches_are_checked():
     assert doctor.failures([dict(base, visible_gpus=4)], "nccl", None) == []
     [(problem, _)] = doctor.failures([dict(base, visible_gpus=2)], "nccl", None)
     assert problem == "rank 3 on n1: sees 2 GPU(s) with 4 rank(s) on the node"
-    [(problem, hint)] = doctor.failures([dict(base, visible_gpus=1, caches={"/scratch": False})], "nccl", None)
+    [(problem, hint)] = doctor.failures(
+        [dict(base, visible_gpus=1, caches={"/scratch": False})], "nccl", None
+    )
     assert "/scratch is not writable" in problem and hint
 
 
@@ -178,8 +214,8 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
     set-up is replaced by a recorder that stops the doctor there."""
     import argparse
 
-    from exatrain.tools.doctor import command as cli_doctor
     from exatrain.env import detect_environment
+    from exatrain.tools.doctor import command as cli_doctor
 
     class Stop(Exception):
         pass
@@ -194,12 +230,22 @@ def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cli_doctor, "_may_use_nccl", lambda device: True)
     monkeypatch.setattr(cli_doctor, "init_distributed", record)
-    args = argparse.Namespace(nccl_log_dir=str(tmp_path / "nccl"), nccl_log="", device="auto", timeout=5.0, verdict_dir="",
-                              max_size="4KiB", iters=1)
+    args = argparse.Namespace(
+        nccl_log_dir=str(tmp_path / "nccl"),
+        nccl_log="",
+        device="auto",
+        timeout=5.0,
+        verdict_dir="",
+        max_size="4KiB",
+        iters=1,
+    )
     with pytest.raises(Stop):
         cli_doctor.doctor_here(detect_environment({}), args)
-    assert seen == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                    "NCCL_DEBUG_FILE": str(tmp_path / "nccl" / "nccl-rank0.log")}
+    assert seen == {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": str(tmp_path / "nccl" / "nccl-rank0.log"),
+    }
 
 
 @pytest.mark.parametrize("ranks, factor", [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (16, 1.875)])
@@ -234,5 +280,7 @@ def test_gpu_links_from_the_first_tool_that_answers(tmp_path, monkeypatch):
     (tmp_path / "topo.txt").write_text(TOPO)
     _tool(bin_dir, "nvidia-smi", f'test "$*" = "topo -m" && {cat} {tmp_path / "topo.txt"} || exit 9')
     assert doctor.gpu_links() == TOPO.strip()
-    _tool(bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9")  # no driver: the next tool answers
+    _tool(
+        bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9"
+    )  # no driver: the next tool answers
     assert doctor.gpu_links() == "ROCm topology: GPU0 GPU1 XGMI"

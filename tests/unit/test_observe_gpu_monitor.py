@@ -33,7 +33,9 @@ def stand_in_nvidia_smi(tmp_path, monkeypatch):
     script.write_text(STAND_IN)
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(gpu_monitor, "_read_pynvml", lambda: None)  # the bindings, if installed, find no driver
+    monkeypatch.setattr(
+        gpu_monitor, "_read_pynvml", lambda: None
+    )  # the bindings, if installed, find no driver
     return script
 
 
@@ -51,7 +53,10 @@ def test_sampler_writes_host_jsonl_and_summarises(tmp_path, stand_in_nvidia_smi)
     gpu1 = samples[0]["gpus"][1]
     assert gpu1["util_pct"] is None and gpu1["power_w"] is None and gpu1["temp_c"] == 30.0  # [N/A] fields
     mean = 10.0 * (n + 1) / 2
-    assert lines[0] == f"GPU 0 on node7: {mean:.0f} % busy on average over {n} samples (peak memory {n:.1f} GiB, 300 W on average)"
+    assert (
+        lines[0]
+        == f"GPU 0 on node7: {mean:.0f} % busy on average over {n} samples (peak memory {n:.1f} GiB, 300 W on average)"
+    )
     assert lines[1] == f"GPU 1 on node7: utilisation unknown over {n} samples (peak memory 0.0 GiB)"
 
 
@@ -91,9 +96,18 @@ def test_rocm_smi_json():
     """The key names `rocm-smi --showuse --showmeminfo vram --showpower --showtemp --showproductname --json`
     prints (values made up; the used/total order differs between cards on purpose)."""
     gpus = gpu_monitor.parse_rocm_smi(ROCM_SMI_JSON)
-    assert gpus[0] == {"index": 0, "name": "AMD INSTINCT MI250X", "util_pct": 87.0, "mem_used_mib": 8192.0,
-                       "mem_total_mib": 65520.0, "power_w": 92.0, "temp_c": 41.0}
-    assert gpus[1]["mem_used_mib"] == 0.0 and gpus[1]["mem_total_mib"] == 65520.0 and gpus[1]["power_w"] is None
+    assert gpus[0] == {
+        "index": 0,
+        "name": "AMD INSTINCT MI250X",
+        "util_pct": 87.0,
+        "mem_used_mib": 8192.0,
+        "mem_total_mib": 65520.0,
+        "power_w": 92.0,
+        "temp_c": 41.0,
+    }
+    assert (
+        gpus[1]["mem_used_mib"] == 0.0 and gpus[1]["mem_total_mib"] == 65520.0 and gpus[1]["power_w"] is None
+    )
     assert len(gpus) == 2
 
 
@@ -101,7 +115,7 @@ def test_rocm_smi_json():
 # names, exception class and the shapes of the returned values are those of amdsmi 7.0.2's
 # amdsmi_interface.py (PyPI wheel; AMD SMI Python API reference): dicts with "N/A" for an unsupported reading,
 # VRAM in MB, power in W, temperatures as int. Values are those of a LUMI-G node's two MI250X GCDs.
-STAND_IN_AMDSMI = '''
+STAND_IN_AMDSMI = """
 import enum
 
 class AmdSmiException(Exception):
@@ -154,7 +168,7 @@ def amdsmi_get_temp_metric(handle, sensor_type, metric):
 def amdsmi_get_gpu_asic_info(handle):
     return {"market_name": "AMD Instinct MI250X", "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc.",
             "device_id": "0x740c", "target_graphics_version": "gfx90a"}
-'''
+"""
 
 
 @pytest.fixture
@@ -176,8 +190,15 @@ def test_amdsmi_bindings_come_after_pynvml_and_before_the_tools(stand_in_amdsmi,
 
     source, gpus = gpu_monitor.read_gpus()
     assert source == "amdsmi"  # the nvidia-smi stand-in on PATH is not asked
-    assert gpus[0] == {"index": 0, "name": "AMD Instinct MI250X", "util_pct": 87.0, "mem_used_mib": 8192.0,
-                       "mem_total_mib": 65520.0, "power_w": 92.0, "temp_c": 41.0}
+    assert gpus[0] == {
+        "index": 0,
+        "name": "AMD Instinct MI250X",
+        "util_pct": 87.0,
+        "mem_used_mib": 8192.0,
+        "mem_total_mib": 65520.0,
+        "power_w": 92.0,
+        "temp_c": 41.0,
+    }
     assert gpus[1]["util_pct"] == 0.0 and gpus[1]["power_w"] is None  # a reading the GPU does not support
     assert amdsmi.CALLS == ["init", "shut_down"]
 

@@ -63,11 +63,22 @@ def test_progress_line_shows_the_breakdown():
     from exatrain.observe.progress import ProgressReporter
 
     out = io.StringIO()
-    record = {"mfu": 0.412, "peak_mem_gib": 31.5, "step_s": 0.5, "time_data_s": 0.01, "time_forward_backward_s": 0.4,
-              "time_optimizer_s": 0.05, "time_checkpoint_s": 0.0, "rank_skew_s": 0.0123, "slowest_rank": 7}
+    record = {
+        "mfu": 0.412,
+        "peak_mem_gib": 31.5,
+        "step_s": 0.5,
+        "time_data_s": 0.01,
+        "time_forward_backward_s": 0.4,
+        "time_optimizer_s": 0.05,
+        "time_checkpoint_s": 0.0,
+        "rank_skew_s": 0.0123,
+        "slowest_rank": 7,
+    }
     ProgressReporter(10, enabled=True, log_every=10, stream=out).step(10, 2.5, 1e-3, 12345.0, record)
-    assert out.getvalue() == ("step     10/10 | loss 2.5000 | lr 1.00e-03 | 12,345 tok/s | MFU 41.2% | peak 31.5 GiB"
-                              " | step 0.50 s = data 0.01 + fwd/bwd 0.40 + opt 0.05 + ckpt 0.00 | skew 0.012 s (rank 7)\n")
+    assert out.getvalue() == (
+        "step     10/10 | loss 2.5000 | lr 1.00e-03 | 12,345 tok/s | MFU 41.2% | peak 31.5 GiB"
+        " | step 0.50 s = data 0.01 + fwd/bwd 0.40 + opt 0.05 + ckpt 0.00 | skew 0.012 s (rank 7)\n"
+    )
 
 
 def test_one_rank_is_never_a_straggler():
@@ -83,14 +94,26 @@ def test_progress_line_names_a_straggler_that_slows_steps_by_1_2_or_more():
 
     from exatrain.observe.progress import ProgressReporter
 
-    base = {"mfu": None, "peak_mem_gib": None, "step_s": 0.5, "time_data_s": 0.1, "time_forward_backward_s": 0.3,
-            "time_optimizer_s": 0.05, "time_checkpoint_s": 0.0, "rank_skew_s": 0.2, "slowest_rank": 3,
-            "straggler_rank": 3, "straggler_phase": "data", "straggler_excess_s": 0.1}
+    base = {
+        "mfu": None,
+        "peak_mem_gib": None,
+        "step_s": 0.5,
+        "time_data_s": 0.1,
+        "time_forward_backward_s": 0.3,
+        "time_optimizer_s": 0.05,
+        "time_checkpoint_s": 0.0,
+        "rank_skew_s": 0.2,
+        "slowest_rank": 3,
+        "straggler_rank": 3,
+        "straggler_phase": "data",
+        "straggler_excess_s": 0.1,
+    }
     lines = []
     for ratio in (1.25, 1.1):
         out = io.StringIO()
-        ProgressReporter(10, enabled=True, log_every=10, stream=out).step(10, 2.5, 1e-3, 1.0,
-                                                                          {**base, "straggler_ratio": ratio})
+        ProgressReporter(10, enabled=True, log_every=10, stream=out).step(
+            10, 2.5, 1e-3, 1.0, {**base, "straggler_ratio": ratio}
+        )
         lines.append(out.getvalue())
     assert lines[0].endswith(" | skew 0.200 s (rank 3) | straggler rank 3 (data, x1.25)\n")
     assert lines[1].endswith(" | skew 0.200 s (rank 3)\n")

@@ -15,8 +15,14 @@ def test_rank_choices():
     assert parse_ranks("last", 1) == {0}
 
 
-@pytest.mark.parametrize("spec, words", [("0,9", "rank 9 does not exist in a job of 8"),
-                                         ("zero", "'zero' is not a number"), ("every:0", "must be at least 1")])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("0,9", "rank 9 does not exist in a job of 8"),
+        ("zero", "'zero' is not a number"),
+        ("every:0", "must be at least 1"),
+    ],
+)
 def test_bad_ranks_are_named(spec, words):
     with pytest.raises(ConfigError, match=words) as e:
         parse_ranks(spec, 8)

@@ -16,7 +16,9 @@ def read_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_records_become_scalar_series(tmp_path):
-    log = MetricsFanout(MetricsLog(tmp_path / "metrics.jsonl", enabled=True), tb.TensorBoardLog(tmp_path / "tb"))
+    log = MetricsFanout(
+        MetricsLog(tmp_path / "metrics.jsonl", enabled=True), tb.TensorBoardLog(tmp_path / "tb")
+    )
     log.write(kind="train", step=1, loss=4.5, mfu=None, tokens_per_s=1000.0, slowest_rank=1)
     log.write(kind="train", step=2, loss=3.25, mfu=None, tokens_per_s=1200.0, slowest_rank=0)
     log.write(kind="eval", step=2, loss=3.5, perplexity=33.1)

@@ -23,25 +23,31 @@ def _tree(source: str) -> ast.Module:
     return ast.parse(source)
 
 
-@pytest.mark.parametrize("source", [
-    "import torch.multiprocessing as mp\n\nmp.spawn(f, nprocs=2)\n",
-    "import torch\n\ntorch.multiprocessing.spawn(f, nprocs=2)\n",
-    "import torch.multiprocessing\n\ntorch.multiprocessing.start_processes(f, nprocs=2)\n",
-    "from torch import multiprocessing as tmp\n\ntmp.spawn(f)\n",
-    "from torch.multiprocessing import spawn\n\nspawn(f)\n",
-    "from torch.multiprocessing import start_processes as go\n\ngo(f)\n",
-    "import torch as T\n\nif __name__ == '__main__':\n    T.multiprocessing.spawn(f)\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch.multiprocessing as mp\n\nmp.spawn(f, nprocs=2)\n",
+        "import torch\n\ntorch.multiprocessing.spawn(f, nprocs=2)\n",
+        "import torch.multiprocessing\n\ntorch.multiprocessing.start_processes(f, nprocs=2)\n",
+        "from torch import multiprocessing as tmp\n\ntmp.spawn(f)\n",
+        "from torch.multiprocessing import spawn\n\nspawn(f)\n",
+        "from torch.multiprocessing import start_processes as go\n\ngo(f)\n",
+        "import torch as T\n\nif __name__ == '__main__':\n    T.multiprocessing.spawn(f)\n",
+    ],
+)
 def test_spawn_calls_are_found(source):
     assert peers.spawn_line(_tree(source)) == source.count("\n", 0, source.index("(f")) + 1
 
 
-@pytest.mark.parametrize("source", [
-    "import multiprocessing as mp\n\nmp.get_context('spawn').Process(target=f).start()\n",  # the stdlib's
-    "import torch.multiprocessing as mp\n\nmp.set_start_method('spawn')\n",  # a DataLoader setting
-    "spawn(f)\n",  # a function of the script's own
-    "import torch\n\nx.multiprocessing.spawn(f)\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import multiprocessing as mp\n\nmp.get_context('spawn').Process(target=f).start()\n",  # the stdlib's
+        "import torch.multiprocessing as mp\n\nmp.set_start_method('spawn')\n",  # a DataLoader setting
+        "spawn(f)\n",  # a function of the script's own
+        "import torch\n\nx.multiprocessing.spawn(f)\n",
+    ],
+)
 def test_other_calls_are_not_spawns(source):
     assert peers.spawn_line(_tree(source)) is None
 
@@ -54,15 +60,19 @@ def test_unreadable_scripts_detect_nothing(tmp_path):
 
 
 def test_imported_packages():
-    tree = _tree("import lightning as L\nfrom pytorch_lightning.strategies import DDPStrategy\n"
-                 "import os.path\nfrom . import local\n\ndef f():\n    import accelerate\n")
+    tree = _tree(
+        "import lightning as L\nfrom pytorch_lightning.strategies import DDPStrategy\n"
+        "import os.path\nfrom . import local\n\ndef f():\n    import accelerate\n"
+    )
     assert peers.imported_packages(tree) == {"lightning", "pytorch_lightning", "os", "accelerate"}
 
 
 def test_self_spawning_nproc():
     assert peers.self_spawning_nproc(None, "t.py", 7) == (
-        1, "t.py starts its own worker processes (torch.multiprocessing, line 7): running it once "
-           "(--nproc 1); its processes form their own group")
+        1,
+        "t.py starts its own worker processes (torch.multiprocessing, line 7): running it once "
+        "(--nproc 1); its processes form their own group",
+    )
     assert peers.self_spawning_nproc(1, "t.py", 7) == (1, None)
     with pytest.raises(ExatrainError) as e:
         peers.self_spawning_nproc(4, "t.py", 7)
@@ -90,8 +100,11 @@ def _lightning_picks_slurm(environ: dict) -> bool:
 
 STEPS = {
     "srun -n 4 (no per-node count)": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "train"},
-    "srun --ntasks-per-node=2": {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2",
-                                 "SLURM_JOB_NAME": "train"},
+    "srun --ntasks-per-node=2": {
+        "SLURM_NTASKS": "4",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_JOB_NAME": "train",
+    },
     "one task": {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train"},
     "interactive job name": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "interactive"},
     "bash job name": {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "bash"},
@@ -113,8 +126,10 @@ def test_peer_warnings_name_the_fix():
     notes = peers.peer_warnings(lightning, STEPS["srun -n 4 (no per-node count)"], 0, launched=True)
     assert len(notes) == 1 and "SLURM_NTASKS_PER_NODE is unset" in notes[0] and "\nHINT: " in notes[0]
     assert peers.peer_warnings(lightning, STEPS["srun -n 4 (no per-node count)"], 0, launched=False) == []
-    assert peers.peer_warnings(_tree("import torch\n"), STEPS["srun -n 4 (no per-node count)"], 0,
-                               launched=True) == []
+    assert (
+        peers.peer_warnings(_tree("import torch\n"), STEPS["srun -n 4 (no per-node count)"], 0, launched=True)
+        == []
+    )
     accelerate = _tree("from accelerate import Accelerator\n")
     assert "HINT: export ACCELERATE_USE_CPU=1" in peers.peer_warnings(accelerate, {}, 0, launched=False)[0]
     assert peers.peer_warnings(accelerate, {}, 4, launched=False) == []  # GPUs: Accelerate needs nothing

@@ -19,18 +19,41 @@ from exatrain.models.transformer import build_model
 from exatrain.tools.plan import make_plan, memory
 
 # xl (~1B parameters, 16 heads, 18 blocks) on 16,384 GPUs: 4 pipeline ranks x 8 replicas x 64-way FSDP x 8-way TP
-HUGE = ["--model.size=xl", "--data.seq_len=4096", "--parallel.pp=4", "--parallel.dp_replicate=8",
-        "--parallel.dp_shard=64", "--parallel.tp=8", "--train.micro_batch_size=4",
-        "--train.global_batch_size=8192", "--parallel.activation_checkpoint=full"]
+HUGE = [
+    "--model.size=xl",
+    "--data.seq_len=4096",
+    "--parallel.pp=4",
+    "--parallel.dp_replicate=8",
+    "--parallel.dp_shard=64",
+    "--parallel.tp=8",
+    "--train.micro_batch_size=4",
+    "--train.global_batch_size=8192",
+    "--parallel.activation_checkpoint=full",
+]
 
 
 def test_16384_ranks_in_one_process(exatrain_cli):
     """No wall-clock bound (the machine may be loaded); the timeout only guards against a hang."""
-    r = exatrain_cli("plan", "--world-size", "16384", "--site", "generic-nvidia", "--vocab-size", "32000",
-                     "--json", *HUGE, timeout=600)
+    r = exatrain_cli(
+        "plan",
+        "--world-size",
+        "16384",
+        "--site",
+        "generic-nvidia",
+        "--vocab-size",
+        "32000",
+        "--json",
+        *HUGE,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
-    assert plan["world_size"] == 16384 and plan["degrees"] == {"pp": 4, "dp_replicate": 8, "dp_shard": 64, "tp": 8}
+    assert plan["world_size"] == 16384 and plan["degrees"] == {
+        "pp": 4,
+        "dp_replicate": 8,
+        "dp_shard": 64,
+        "tp": 8,
+    }
     assert [x["rank"] for x in plan["ranks"]] == [0, 4096, 8192, 12288]
     assert sum(sum(x["blocks"]) for x in plan["ranks"]) == 18  # every block on exactly one pipeline rank
     # by hand: a block holds 12 D^2 weights split tp x dp_shard ways (+ norms, not TP-split); stage 0 adds the
@@ -42,14 +65,23 @@ def test_16384_ranks_in_one_process(exatrain_cli):
         expected = 4 * (sum(x["blocks"]) * block + ends.get(x["rank"], 0))
         assert abs(x["params"] - expected) <= 0.01 * expected, (x["rank"], x["params"], expected)
         assert x["grads"] == x["params"] and x["optimizer"] >= 2 * x["params"]
-        assert x["total"] < 80 * 1024 ** 3
+        assert x["total"] < 80 * 1024**3
     assert plan["gpu_memory_gb"] == 80 and plan["verdict"].startswith("fits")
 
 
 def test_table_output(exatrain_cli):
-    r = exatrain_cli("plan", "--world-size", "8", "--gpu-memory-gb", "0.001", "--model.size=small",
-                     "--train.global_batch_size=64", "--parallel.dp_replicate=2", "--parallel.dp_shard=2",
-                     "--parallel.tp=2")
+    r = exatrain_cli(
+        "plan",
+        "--world-size",
+        "8",
+        "--gpu-memory-gb",
+        "0.001",
+        "--model.size=small",
+        "--train.global_batch_size=64",
+        "--parallel.dp_replicate=2",
+        "--parallel.dp_shard=2",
+        "--parallel.tp=2",
+    )
     assert r.returncode == 0, r.stderr
     assert "total per GPU" in r.stdout and "does not fit" in r.stdout and "HSDP, TP" in r.stdout
     # redirected output is not wrapped at 80 columns: the long header stays one line
@@ -57,14 +89,25 @@ def test_table_output(exatrain_cli):
     assert len(header) > 80 and header.rstrip().endswith("s)"), r.stdout
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["--parallel.tp=3", "--parallel.dp_replicate=-1"], "does not divide"),
-    (["--parallel.dp_replicate=3", "--parallel.dp_shard=5"], "does not match the world size"),
-    (["--parallel.pp=32", "--parallel.dp_replicate=-1"], "pipeline stages"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["--parallel.tp=3", "--parallel.dp_replicate=-1"], "does not divide"),
+        (["--parallel.dp_replicate=3", "--parallel.dp_shard=5"], "does not match the world size"),
+        (["--parallel.pp=32", "--parallel.dp_replicate=-1"], "pipeline stages"),
+    ],
+)
 def test_invalid_layout_fails_fast_with_hint(exatrain_cli, overrides, expected):
-    r = exatrain_cli("plan", "--world-size", "96", "--model.size=medium", "--train.micro_batch_size=1",
-                     "--train.global_batch_size=96", *overrides, timeout=300)
+    r = exatrain_cli(
+        "plan",
+        "--world-size",
+        "96",
+        "--model.size=medium",
+        "--train.micro_batch_size=1",
+        "--train.global_batch_size=96",
+        *overrides,
+        timeout=300,
+    )
     assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
 
 
@@ -115,7 +158,9 @@ def test_checkpointing_and_tp_shrink_the_estimate():
     assert sp < tp < none
     fp32 = memory.stage_activation_bytes(18, False, replace(spec, elem_bytes=4))
     fp32_tp = memory.stage_activation_bytes(18, False, replace(spec, elem_bytes=4, tp=8))
-    fp32_sp = memory.stage_activation_bytes(18, False, replace(spec, elem_bytes=4, tp=8, sequence_parallel=True))
+    fp32_sp = memory.stage_activation_bytes(
+        18, False, replace(spec, elem_bytes=4, tp=8, sequence_parallel=True)
+    )
     # fp32 under TP and SP: checked against real ranks' saved tensors in tests/distributed/test_plan_memory.py
     assert fp32_sp < fp32_tp < fp32 / 2
 
@@ -132,13 +177,16 @@ def test_site_profiles_give_the_gpu_memory():
     from exatrain.config.load import read_toml
     from exatrain.slurm.profiles import PROFILE_DIR, load_profile, profile_from_dict
 
-    assert {n: load_profile(n).gpu_memory_gb for n in ("lumi-g", "juwels-booster", "generic-nvidia", "cpu")} == \
-        {"lumi-g": 64.0, "juwels-booster": 40.0, "generic-nvidia": 80.0, "cpu": 0.0}
+    assert {
+        n: load_profile(n).gpu_memory_gb for n in ("lumi-g", "juwels-booster", "generic-nvidia", "cpu")
+    } == {"lumi-g": 64.0, "juwels-booster": 40.0, "generic-nvidia": 80.0, "cpu": 0.0}
     data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
     with pytest.raises(ConfigError, match="gpu_memory_gb must be float"):
         profile_from_dict({**data, "gpu_memory_gb": "lots"})
     assert memory.verdict(10 * 2**30, None).startswith("unknown")
-    assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith("tight")
+    assert memory.verdict(10 * 2**30, 40).startswith("fits") and memory.verdict(39 * 2**30, 40).startswith(
+        "tight"
+    )
 
 
 @pytest.mark.parametrize("ac, every", [("full", 1), ("every", 2)])
@@ -154,7 +202,10 @@ def test_checkpointed_activation_estimate_matches_saved_tensors(ac, every):
     model = build_model(size, vocab, seq)
     apply_ac(model.layers, ac, every)
     measured = _saved_bytes(model, torch.randint(vocab, (batch, seq)))
-    spec = memory.ActivationSpec(shape=model_shape(size), vocab=vocab, seq_len=seq, batch=batch, elem_bytes=4,
-                                 ac=ac, ac_every=every)
-    estimate = memory.stage_activation_bytes(model.shape.n_layers, True, spec) - memory.block_activation_bytes(spec)
+    spec = memory.ActivationSpec(
+        shape=model_shape(size), vocab=vocab, seq_len=seq, batch=batch, elem_bytes=4, ac=ac, ac_every=every
+    )
+    estimate = memory.stage_activation_bytes(
+        model.shape.n_layers, True, spec
+    ) - memory.block_activation_bytes(spec)
     assert abs(estimate - measured) <= 0.10 * measured, (estimate, measured)

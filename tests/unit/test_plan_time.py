@@ -19,14 +19,25 @@ HW = Hardware(peak_tflops=400.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0
 
 
 def _inputs(**kw):
-    base = dict(world_size=8, gpus_per_node=4, flops_per_token=6e9, tokens_per_step=8 * 4096,
-                recompute_factor=1.0, pp=1, pp_chunks=1, microbatches=1, local_param_elements=10**9)
+    base = dict(
+        world_size=8,
+        gpus_per_node=4,
+        flops_per_token=6e9,
+        tokens_per_step=8 * 4096,
+        recompute_factor=1.0,
+        pp=1,
+        pp_chunks=1,
+        microbatches=1,
+        local_param_elements=10**9,
+    )
     return estimate.StepInputs(**{**base, **kw})
 
 
 def test_compute_and_exposed_tensor_parallel():
     # compute: 6e9 FLOP/token x 32768 tokens / (8 GPUs x 200e12 FLOP/s) = 0.12288 s
-    tp = Collective("all_reduce", "tp", 2, 10, 4 * 10**9, (0, 1))  # within a node: 4e9 x 2(1/2) / 100e9 = 0.04 s
+    tp = Collective(
+        "all_reduce", "tp", 2, 10, 4 * 10**9, (0, 1)
+    )  # within a node: 4e9 x 2(1/2) / 100e9 = 0.04 s
     t = estimate.step_time(_inputs(), [tp], HW)
     assert t.breakdown["compute_s"] == pytest.approx(0.12288)
     assert t.breakdown["exposed_comm_s"] == pytest.approx(0.04)  # TP is never hidden
@@ -42,7 +53,9 @@ def test_data_parallel_hidden_until_it_exceeds_compute_and_inter_node_is_slower(
     assert estimate.step_time(_inputs(), [small], HW).breakdown["exposed_comm_s"] == 0
     # 10e9 x 1 / 25e9 = 0.4 s: 0.4 - 0.12288 exposed
     big = Collective("all_reduce", "dp_replicate", 2, 5, 10 * 10**9, (0, 4))
-    assert estimate.step_time(_inputs(), [big], HW).breakdown["exposed_comm_s"] == pytest.approx(0.4 - 0.12288)
+    assert estimate.step_time(_inputs(), [big], HW).breakdown["exposed_comm_s"] == pytest.approx(
+        0.4 - 0.12288
+    )
     # the same group inside one node (8 GPUs per node): 10e9 / 100e9 = 0.1 s < compute: hidden
     assert estimate.step_time(_inputs(gpus_per_node=8), [big], HW).breakdown["exposed_comm_s"] == 0
 
@@ -69,7 +82,9 @@ def test_hardware_table_is_parsed_and_validated(tmp_path):
     assert load_profile("cpu").hardware is None
     data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
     ok = profile_from_dict({**data, "hardware": {"matmul_tflops": 150, "inter_node_busbw_gbs": 20.5}})
-    assert ok.hardware.matmul_tflops == 150.0 and ok.hardware.missing(estimate.TIME_KEYS) == ["intra_node_busbw_gbs"]
+    assert ok.hardware.matmul_tflops == 150.0 and ok.hardware.missing(estimate.TIME_KEYS) == [
+        "intra_node_busbw_gbs"
+    ]
     with pytest.raises(ConfigError, match="matmul_tflops = -1 is negative"):
         profile_from_dict({**data, "hardware": {"matmul_tflops": -1}})
     with pytest.raises(ConfigError, match="unknown key"):
@@ -77,17 +92,26 @@ def test_hardware_table_is_parsed_and_validated(tmp_path):
 
 
 def _site(tmp_path, **hardware) -> str:
-    text = (PROFILE_DIR / "juwels-booster.toml").read_text().replace("peak_tflops = 312.0", "\n".join(
-        f"{k} = {v}" for k, v in {"peak_tflops": 312.0, **hardware}.items()))
+    text = (
+        (PROFILE_DIR / "juwels-booster.toml")
+        .read_text()
+        .replace(
+            "peak_tflops = 312.0",
+            "\n".join(f"{k} = {v}" for k, v in {"peak_tflops": 312.0, **hardware}.items()),
+        )
+    )
     path = tmp_path / "site.toml"
     path.write_text(text)
     return str(path)
 
 
-@pytest.mark.parametrize("site, expected", [
-    ("lumi-g", "[hardware] lacks matmul_tflops, intra_node_busbw_gbs, inter_node_busbw_gbs"),
-    ("cpu", "has no [hardware] table"),
-])
+@pytest.mark.parametrize(
+    "site, expected",
+    [
+        ("lumi-g", "[hardware] lacks matmul_tflops, intra_node_busbw_gbs, inter_node_busbw_gbs"),
+        ("cpu", "has no [hardware] table"),
+    ],
+)
 def test_time_without_hardware_names_the_keys(exatrain_cli, site, expected):
     r = exatrain_cli("plan", "--world-size", "8", "--site", site, "--time", "--model.size=tiny")
     assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
@@ -103,9 +127,22 @@ def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):
 
 def test_json_has_the_prediction(exatrain_cli, tmp_path):
     site = _site(tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0)
-    r = exatrain_cli("plan", "--world-size", "4", "--site", site, "--time", "--json", "--model.size=tiny",
-                     "--data.seq_len=64", "--train.micro_batch_size=2", "--train.global_batch_size=8",
-                     "--parallel.dp_shard=2", "--parallel.tp=2", timeout=300)
+    r = exatrain_cli(
+        "plan",
+        "--world-size",
+        "4",
+        "--site",
+        site,
+        "--time",
+        "--json",
+        "--model.size=tiny",
+        "--data.seq_len=64",
+        "--train.micro_batch_size=2",
+        "--train.global_batch_size=8",
+        "--parallel.dp_shard=2",
+        "--parallel.tp=2",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     b = plan["breakdown"]
@@ -115,4 +152,8 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     # FSDP over dp_shard gathers and reduce-scatters, TP all-reduces: each row with calls and bytes
     assert {"all_gather over dp_shard", "reduce_scatter over dp_shard"} <= set(plan["comm"])
     assert any(k.endswith("over tp") for k in plan["comm"])
-    assert all(row["count"] > 0 and row["bytes"] > 0 for k, row in plan["comm"].items() if k != "all_reduce over self")
+    assert all(
+        row["count"] > 0 and row["bytes"] > 0
+        for k, row in plan["comm"].items()
+        if k != "all_reduce over self"
+    )

@@ -2,8 +2,8 @@
 
 import pytest
 
-from exatrain.tools.scale import parse_counts
 from exatrain.errors import ExatrainError
+from exatrain.tools.scale import parse_counts
 
 
 def test_counts_are_sorted():

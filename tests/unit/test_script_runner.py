@@ -116,7 +116,11 @@ def test_threads_exit_handlers_and_files_left_open_end_as_under_python(tmp_path)
     order = ["end of script", "thread done", "registered second", "registered first"]
     assert plain.stdout.splitlines() == order, plain.stdout
     assert runner.stdout.splitlines() == order, runner.stdout
-    assert (tmp_path / "runner.txt").read_text() == (tmp_path / "plain.txt").read_text() == "written, never closed"
+    assert (
+        (tmp_path / "runner.txt").read_text()
+        == (tmp_path / "plain.txt").read_text()
+        == "written, never closed"
+    )
     assert plain.returncode == runner.returncode == 0
 
 
@@ -164,18 +168,33 @@ def test_the_interpreter_never_starts_finalizing(tmp_path):
 def test_mask_option_outside_torchrun_binds_nothing_says_why_and_imports_no_torch(tmp_path):
     """The runner's own option is taken off the script's arguments; outside torchrun there is no worker to
     bind, which is said on one line; the runner imported no torch before the script started."""
-    (tmp_path / "cores.py").write_text("import os, sys\nprint(sorted(os.sched_getaffinity(0)), sys.argv[1:], "
-                                       "'torch' in sys.modules)\n")
-    r = subprocess.run([*RUNNER, "--cpu-masks=0x1", "cores.py", "a"], cwd=tmp_path, env=clean_environment(),
-                       capture_output=True, text=True, timeout=60)
+    (tmp_path / "cores.py").write_text(
+        "import os, sys\nprint(sorted(os.sched_getaffinity(0)), sys.argv[1:], 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [*RUNNER, "--cpu-masks=0x1", "cores.py", "a"],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"{sorted(os.sched_getaffinity(0))} ['a'] False"
-    assert r.stderr == "exatrain: not bound to a CPU mask: it was not started by torchrun (launched by local)\n"
+    assert (
+        r.stderr == "exatrain: not bound to a CPU mask: it was not started by torchrun (launched by local)\n"
+    )
 
 
 def test_a_bad_mask_is_refused_with_a_hint(tmp_path):
     (tmp_path / "never.py").write_text("print('ran')\n")
-    r = subprocess.run([*RUNNER, "--gpu-cpu-masks=0xfe,fe00", "never.py"], cwd=tmp_path, env=clean_environment(),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [*RUNNER, "--gpu-cpu-masks=0xfe,fe00", "never.py"],
+        cwd=tmp_path,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and "ran" not in r.stdout
     assert "--gpu-cpu-masks=0xfe,fe00: 'fe00' is no CPU mask" in r.stderr and "HINT:" in r.stderr, r.stderr

@@ -19,10 +19,12 @@ from exatrain.slurm.torchrun_line import accepts, agent_options, native_signal_h
 
 ROOT = Path(__file__).resolve().parents[2]
 # The torchrun arguments c227ac3 rendered for lumi-g (its golden file; "$VAR" words as bash expands them).
-C227AC3_LINE = ('--rdzv-conf=is_host=true --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d '
-                '--rdzv-endpoint=nid001234:29517 --rdzv-id=7 '
-                '--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 --shutdown-timeout=120 '
-                '--no-python exatrain train --run.dir=runs/golden')
+C227AC3_LINE = (
+    "--rdzv-conf=is_host=true --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d "
+    "--rdzv-endpoint=nid001234:29517 --rdzv-id=7 "
+    "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 --shutdown-timeout=120 "
+    "--no-python exatrain train --run.dir=runs/golden"
+)
 
 
 def test_the_floor_is_pyprojects():
@@ -31,8 +33,16 @@ def test_the_floor_is_pyprojects():
     assert TORCH_FLOOR == tuple(int(p) for p in floor.split("."))
 
 
-@pytest.mark.parametrize("text, want", [("2.4.0", (2, 4, 0)), ("2.9.1+rocm6.4", (2, 9, 1)), ("2.10", (2, 10, 0)),
-                                        ("2.7.0a0+git1234", (2, 7, 0)), ("2.13.0+cpu", (2, 13, 0))])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("2.4.0", (2, 4, 0)),
+        ("2.9.1+rocm6.4", (2, 9, 1)),
+        ("2.10", (2, 10, 0)),
+        ("2.7.0a0+git1234", (2, 7, 0)),
+        ("2.13.0+cpu", (2, 13, 0)),
+    ],
+)
 def test_versions_as_sites_spell_them(text, want):
     assert parse_torch_version(text) == want
 
@@ -44,14 +54,28 @@ def test_floor_check_names_version_and_floor():
     assert "HINT: use torch>=2.4" in str(e.value) and "/opt/venv/bin/python" in str(e.value)
     with pytest.raises(ConfigError, match="no torch is installed"):
         check_torch_floor(None)
-    assert check_torch_floor((2, 9, 1), trainer=True) == (2, 9, 1) and check_torch_floor((2, 8, 0)) == (2, 8, 0)
-    with pytest.raises(ConfigError, match=r"torch 2\.8\.0 .* older than 2\.9, the oldest torch exatrain's reference"):
+    assert check_torch_floor((2, 9, 1), trainer=True) == (2, 9, 1) and check_torch_floor((2, 8, 0)) == (
+        2,
+        8,
+        0,
+    )
+    with pytest.raises(
+        ConfigError, match=r"torch 2\.8\.0 .* older than 2\.9, the oldest torch exatrain's reference"
+    ):
         check_torch_floor((2, 8, 0), trainer=True)
 
 
-@pytest.mark.parametrize("version, signals, timeout", [((2, 4, 0), False, False), ((2, 9, 1), False, False),
-                                                        ((2, 10, 0), True, False), ((2, 11, 0), True, False),
-                                                        ((2, 12, 0), True, True), ((2, 13, 0), True, True)])
+@pytest.mark.parametrize(
+    "version, signals, timeout",
+    [
+        ((2, 4, 0), False, False),
+        ((2, 9, 1), False, False),
+        ((2, 10, 0), True, False),
+        ((2, 11, 0), True, False),
+        ((2, 12, 0), True, True),
+        ((2, 13, 0), True, True),
+    ],
+)
 def test_options_by_release(version, signals, timeout):
     """What the released wheels' torch/distributed/run.py accept (docs/torch-versions.md has the sources)."""
     assert accepts("--signals-to-handle", version) is signals
@@ -65,8 +89,9 @@ def test_options_by_release(version, signals, timeout):
 def test_agent_options_leave_torchruns_own_signals_to_it():
     assert agent_options("TERM,USR2", 120) == ["--handle-signals=SIGUSR2", "--shutdown-grace=120"]
     assert agent_options("TERM, INT") == []
-    assert split_options(["--handle-signals=SIGUSR2", "--shutdown-grace=90", "--", "--standalone", "x.py"]) == (
-        "SIGUSR2", 90, ["--standalone", "x.py"])
+    assert split_options(
+        ["--handle-signals=SIGUSR2", "--shutdown-grace=90", "--", "--standalone", "x.py"]
+    ) == ("SIGUSR2", 90, ["--standalone", "x.py"])
     assert split_options(["--standalone", "x.py"]) == ("", None, ["--standalone", "x.py"])
 
 
@@ -75,15 +100,20 @@ def _rendered_agent_argv(profile="lumi-g"):
     spec = JobSpec(nodes=2, time="01:30:00", launch="torchrun", signal="USR2@120", profile=profile)
     text = render_sbatch(spec, load_profile(profile), "runs/golden")
     lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip().startswith("bash -c '")
-              and "exec python3 -m exatrain.launch.agent" in line)
+    at = next(
+        i
+        for i, line in enumerate(lines)
+        if line.strip().startswith("bash -c '") and "exec python3 -m exatrain.launch.agent" in line
+    )
     is_host = '"$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)"'  # node 0's value
     script = shlex.split(lines[at].strip().rstrip("\\"))[2]
-    script = script[script.index("exec python3"):]  # after the node's GLOO_SOCKET_IFNAME narrowing, if any
+    script = script[script.index("exec python3") :]  # after the node's GLOO_SOCKET_IFNAME narrowing, if any
     inner = shlex.split(script.replace(is_host, "true"))
     assert inner[:4] == ["exec", "python3", "-m", "exatrain.launch.agent"] and inner[-1] == "$@"
     own = inner[4:-1]
-    args = shlex.split(lines[at + 1].strip().rstrip("\\")) + shlex.split(lines[at + 2].removesuffix(" || rc=$?"))
+    args = shlex.split(lines[at + 1].strip().rstrip("\\")) + shlex.split(
+        lines[at + 2].removesuffix(" || rc=$?")
+    )
     return own + args, text
 
 
@@ -94,8 +124,10 @@ def test_c227ac3_line_is_refused_by_torch_24s_torchrun(capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(shlex.split(C227AC3_LINE))
     assert e.value.code == 2
-    assert ("error: unrecognized arguments: --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 "
-            "--shutdown-timeout=120") in capsys.readouterr().err
+    assert (
+        "error: unrecognized arguments: --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 "
+        "--shutdown-timeout=120"
+    ) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("profile", ["lumi-g", "juwels-booster", "cpu"])
@@ -109,12 +141,20 @@ def test_rendered_line_parses_on_torch_24_and_213(profile):
     argv, text = _rendered_agent_argv(profile)
     assert "--signals-to-handle" not in text.split("#SBATCH")[-1].split("srun --ntasks-per-node=1")[-1]
     old, forwarder = prepare(argv, (2, 4, 0))
-    assert forwarder is not None and [s.name for s in forwarder.signals] == ["SIGUSR2"] and forwarder.grace == 120
+    assert (
+        forwarder is not None
+        and [s.name for s in forwarder.signals] == ["SIGUSR2"]
+        and forwarder.grace == 120
+    )
     args = parse_24(old)
     assert (args.training_script, args.no_python, args.rdzv_conf) == ("exatrain", True, "is_host=true")
     new, forwarder = prepare(argv, (2, 13, 0))
     args = parse_213(new)
-    assert forwarder is None and args.signals_to_handle.split(",")[-1] == "SIGUSR2" and args.shutdown_timeout == 120
+    assert (
+        forwarder is None
+        and args.signals_to_handle.split(",")[-1] == "SIGUSR2"
+        and args.shutdown_timeout == 120
+    )
     assert args.training_script == "exatrain"
 
 

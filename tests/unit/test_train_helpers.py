@@ -6,9 +6,9 @@ import math
 import pytest
 
 from exatrain.config import load_config
+from exatrain.engines.optim import lr_factor
 from exatrain.errors import ConfigError
 from exatrain.observe import ProgressReporter
-from exatrain.engines.optim import lr_factor
 from exatrain.train.preflight import preflight
 
 
@@ -58,14 +58,17 @@ def test_rich_bar_in_a_terminal_and_silence_off_rank_zero():
     assert silent.getvalue() == ""
 
 
-@pytest.mark.parametrize("overrides, world, needle", [
-    (["--train.global_batch_size=12", "--train.micro_batch_size=4"], 2, "not divisible"),
-    (["--model.size=giant"], 1, "giant"),
-    (["--train.steps=0"], 1, "train.steps"),
-    (["--train.precision=fp8"], 1, "train.precision"),
-    (["--data.eval_split=dev"], 1, "data.eval_split"),
-    (["--model.dropout=1.5"], 1, "model.dropout"),
-])
+@pytest.mark.parametrize(
+    "overrides, world, needle",
+    [
+        (["--train.global_batch_size=12", "--train.micro_batch_size=4"], 2, "not divisible"),
+        (["--model.size=giant"], 1, "giant"),
+        (["--train.steps=0"], 1, "train.steps"),
+        (["--train.precision=fp8"], 1, "train.precision"),
+        (["--data.eval_split=dev"], 1, "data.eval_split"),
+        (["--model.dropout=1.5"], 1, "model.dropout"),
+    ],
+)
 def test_preflight_rejects_with_hint(overrides, world, needle):
     with pytest.raises(ConfigError) as e:
         preflight(load_config(None, overrides), world)
@@ -100,8 +103,15 @@ def test_metrics_log_resumed_keeps_only_the_records_up_to_the_checkpoint(tmp_pat
         if step % 5 == 0:
             first.write(kind="eval", step=step, loss=0.5)
     MetricsLog(path, enabled=True, resume_step=6)
-    assert [(m["kind"], m["step"]) for m in read_metrics(path)] == \
-        [("train", 1), ("train", 2), ("train", 3), ("train", 4), ("train", 5), ("eval", 5), ("train", 6)]
+    assert [(m["kind"], m["step"]) for m in read_metrics(path)] == [
+        ("train", 1),
+        ("train", 2),
+        ("train", 3),
+        ("train", 4),
+        ("train", 5),
+        ("eval", 5),
+        ("train", 6),
+    ]
     MetricsLog(path, enabled=False, resume_step=2)  # not rank 0: leaves the file alone
     assert len(read_metrics(path)) == 7
     MetricsLog(path, enabled=True)

@@ -22,8 +22,8 @@ from exatrain.checkpoint.checkpointer import register_manager
 from exatrain.checkpoint.manager import CheckpointManager
 from exatrain.checkpoint.store import commit, delete, partial_dir, retire, step_dir
 from exatrain.distributed import barrier, is_root, print0
-from exatrain.errors import ExatrainError
 from exatrain.engines.deepspeed.universal import ensure_universal, loading_universal
+from exatrain.errors import ExatrainError
 
 TAG = "deepspeed"  # DeepSpeed's checkpoint tag: the folder its files go into inside step-N
 INFO = "exatrain.json"
@@ -67,23 +67,30 @@ class DeepSpeedCheckpoints:
         info = read_info(path)
         problem = _mismatch(info, self.world_size, self.zero_stage)
         if problem:
-            raise ExatrainError(f"checkpoint {path}: {problem}; DeepSpeed's ZeRO-{info.get('zero_stage')} shards "
-                                "load only into the same layout",
-                                f"resume with {info.get('world_size')} rank(s) and --engine.zero_stage="
-                                f"{info.get('zero_stage')}, or export its weights with DeepSpeed's script "
-                                f"(python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them")
+            raise ExatrainError(
+                f"checkpoint {path}: {problem}; DeepSpeed's ZeRO-{info.get('zero_stage')} shards "
+                "load only into the same layout",
+                f"resume with {info.get('world_size')} rank(s) and --engine.zero_stage="
+                f"{info.get('zero_stage')}, or export its weights with DeepSpeed's script "
+                f"(python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them",
+            )
         universal = info.get("world_size") != self.world_size
         load_dir = path
         if universal:
             load_dir = ensure_universal(path, TAG)
-            print0(f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its conversion to "
-                   f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)")
+            print0(
+                f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its conversion to "
+                f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)"
+            )
         with loading_universal(self.ds, universal):
-            _, client = self.ds.load_checkpoint(str(load_dir), tag=TAG, load_optimizer_states=True,
-                                                load_lr_scheduler_states=True)
+            _, client = self.ds.load_checkpoint(
+                str(load_dir), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+            )
         if client is None or "exatrain" not in client:
-            raise ExatrainError(f"checkpoint {path}: DeepSpeed found no training state in it",
-                                "resume from another step-N folder, or start fresh (--checkpoint.resume='')")
+            raise ExatrainError(
+                f"checkpoint {path}: DeepSpeed found no training state in it",
+                "resume from another step-N folder, or start fresh (--checkpoint.resume='')",
+            )
         self.set_progress(client["exatrain"])
 
     def poll(self, device=None) -> None:
@@ -101,8 +108,10 @@ def read_info(path: Path) -> dict:
     try:
         return json.loads((Path(path) / INFO).read_text())
     except FileNotFoundError:
-        raise ExatrainError(f"checkpoint {path} was not written by the deepspeed engine (no {INFO})",
-                            "resume it with the engine that wrote it (engine.name=torch), or start fresh") from None
+        raise ExatrainError(
+            f"checkpoint {path} was not written by the deepspeed engine (no {INFO})",
+            "resume it with the engine that wrote it (engine.name=torch), or start fresh",
+        ) from None
 
 
 def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
@@ -110,8 +119,10 @@ def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
     if info.get("zero_stage") != zero_stage:
         return f"saved with ZeRO stage {info.get('zero_stage')}, this run uses stage {zero_stage}"
     if info.get("world_size") != world_size and zero_stage not in UNIVERSAL_STAGES:
-        return (f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and DeepSpeed's universal "
-                f"checkpoint does not reshard ZeRO stage {zero_stage} here (see docs/engines.md)")
+        return (
+            f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and DeepSpeed's universal "
+            f"checkpoint does not reshard ZeRO stage {zero_stage} here (see docs/engines.md)"
+        )
     return ""
 
 

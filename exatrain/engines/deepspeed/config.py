@@ -22,11 +22,13 @@ OWNED = {
     "bf16.enabled": "train.precision",
     "fp16.enabled": "train.precision (exatrain trains in bf16 or fp32, never fp16)",
     "checkpoint.load_universal": "checkpoint.resume (a resume at another world size loads DeepSpeed's universal "
-                                 "checkpoint by itself)",
+    "checkpoint by itself)",
 }
 #: sections a user's JSON may not have: exatrain builds the optimizer and schedule from [train]
-FORBIDDEN = {"optimizer": "train.lr, train.beta1, train.beta2, train.weight_decay",
-             "scheduler": "train.warmup_steps, train.min_lr_ratio"}
+FORBIDDEN = {
+    "optimizer": "train.lr, train.beta1, train.beta2, train.weight_decay",
+    "scheduler": "train.warmup_steps, train.min_lr_ratio",
+}
 
 
 def generated_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
@@ -34,11 +36,15 @@ def generated_config(cfg: Config, dp_size: int, bf16: bool) -> dict:
     t = cfg.train
     accum = t.global_batch_size // (t.micro_batch_size * dp_size)
     if cfg.engine.zero_stage not in (1, 2, 3):
-        raise ConfigError(f"engine.zero_stage={cfg.engine.zero_stage} is not 1, 2 or 3", "use --engine.zero_stage=2")
+        raise ConfigError(
+            f"engine.zero_stage={cfg.engine.zero_stage} is not 1, 2 or 3", "use --engine.zero_stage=2"
+        )
     if accum < 1 or accum * t.micro_batch_size * dp_size != t.global_batch_size:
-        raise ConfigError(f"train.global_batch_size={t.global_batch_size} is not a multiple of train.micro_batch_size="
-                          f"{t.micro_batch_size} x {dp_size} ranks",
-                          f"use --train.global_batch_size={max(1, accum) * t.micro_batch_size * dp_size}")
+        raise ConfigError(
+            f"train.global_batch_size={t.global_batch_size} is not a multiple of train.micro_batch_size="
+            f"{t.micro_batch_size} x {dp_size} ranks",
+            f"use --train.global_batch_size={max(1, accum) * t.micro_batch_size * dp_size}",
+        )
     return {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
@@ -72,14 +78,22 @@ def read_user_config(path: str) -> dict:
     """A user's DeepSpeed JSON file as a dict; a clear error when it is missing or not a JSON object."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"engine.deepspeed_config={path!r}: no such file", "give the path of a DeepSpeed JSON file, or '' for none")
+        raise ConfigError(
+            f"engine.deepspeed_config={path!r}: no such file",
+            "give the path of a DeepSpeed JSON file, or '' for none",
+        )
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"engine.deepspeed_config={path!r} is not valid JSON: {exc}", "fix the file (DeepSpeed configs are JSON)") from exc
+        raise ConfigError(
+            f"engine.deepspeed_config={path!r} is not valid JSON: {exc}",
+            "fix the file (DeepSpeed configs are JSON)",
+        ) from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"engine.deepspeed_config={path!r} holds a JSON {type(data).__name__}, not an object",
-                          "a DeepSpeed config is one JSON object of keys")
+        raise ConfigError(
+            f"engine.deepspeed_config={path!r} holds a JSON {type(data).__name__}, not an object",
+            "a DeepSpeed config is one JSON object of keys",
+        )
     return data
 
 
@@ -87,7 +101,11 @@ def check_user_config(user: dict, generated: dict, source: str, check_precision:
     """Refuse keys of the user's JSON that contradict exatrain's settings, naming each and the exatrain key to use.
 
     DeepSpeed's "auto" is accepted for owned keys (it means "whatever the trainer decides")."""
-    problems = [f"{key} (exatrain's optimizer and schedule come from {keys})" for key, keys in FORBIDDEN.items() if key in user]
+    problems = [
+        f"{key} (exatrain's optimizer and schedule come from {keys})"
+        for key, keys in FORBIDDEN.items()
+        if key in user
+    ]
     for dotted, owner in OWNED.items():
         if not check_precision and dotted in ("bf16.enabled", "fp16.enabled"):
             continue
@@ -96,9 +114,12 @@ def check_user_config(user: dict, generated: dict, source: str, check_precision:
         if found and value != "auto" and value != expected:
             problems.append(f"{dotted}={value!r} but exatrain's setting gives {expected!r} (set by {owner})")
     if problems:
-        raise ConfigError(f"engine.deepspeed_config={source!r} contradicts exatrain's configuration: " + "; ".join(problems),
-                          "remove " + ", ".join(p.split("=")[0].split(" ")[0] for p in problems) + " from the JSON "
-                          "(exatrain sets them from its own keys, named above), or change those exatrain keys")
+        raise ConfigError(
+            f"engine.deepspeed_config={source!r} contradicts exatrain's configuration: "
+            + "; ".join(problems),
+            "remove " + ", ".join(p.split("=")[0].split(" ")[0] for p in problems) + " from the JSON "
+            "(exatrain sets them from its own keys, named above), or change those exatrain keys",
+        )
 
 
 def merge(base: dict, extra: dict) -> dict:

@@ -20,8 +20,8 @@ import torch.distributed as dist
 import exatrain
 from exatrain.config import Config
 from exatrain.engines.deepspeed.config import deepspeed_config
-from exatrain.engines.protocol import Engine
 from exatrain.engines.optim import build_optimizer, build_scheduler
+from exatrain.engines.protocol import Engine
 
 
 class DeepSpeedEngine(Engine):
@@ -36,8 +36,9 @@ class DeepSpeedEngine(Engine):
         scheduler = build_scheduler(optimizer, cfg.train)
         self.config = deepspeed_config(cfg, dims.dp, bf16)
         self.zero_stage = self.config["zero_optimization"]["stage"]
-        self.ds, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                                config=self.config)
+        self.ds, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.config
+        )
         # DeepSpeed keeps the torch optimizer and schedule it was given: the trainer reads LR from these
         self.optimizer, self.scheduler = optimizer, scheduler
         self.grad_norm: torch.Tensor | None = None
@@ -74,8 +75,11 @@ class DeepSpeedEngine(Engine):
     def full_state_dict(self) -> dict:
         """The whole model in fp32 on rank 0 ({} elsewhere); a collective (ZeRO-3 gathers its shards)."""
         module = self.ds.module
-        gathered = (self._deepspeed.zero.GatheredParameters(list(module.parameters()))
-                    if self.zero_stage == 3 else contextlib.nullcontext())
+        gathered = (
+            self._deepspeed.zero.GatheredParameters(list(module.parameters()))
+            if self.zero_stage == 3
+            else contextlib.nullcontext()
+        )
         root = not dist.is_initialized() or dist.get_rank() == 0
         with gathered:
             if not root:

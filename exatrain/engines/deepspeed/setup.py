@@ -37,8 +37,10 @@ def import_deepspeed(device: str = "auto"):
     try:
         import deepspeed
     except ImportError as exc:
-        raise ExatrainError(f"DeepSpeed is not installed in this environment ({exc})",
-                            "pip install 'exatrain[deepspeed]' (or bash scripts/install.sh deepspeed)") from exc
+        raise ExatrainError(
+            f"DeepSpeed is not installed in this environment ({exc})",
+            "pip install 'exatrain[deepspeed]' (or bash scripts/install.sh deepspeed)",
+        ) from exc
     return deepspeed
 
 
@@ -46,8 +48,9 @@ def _init_distributed(deepspeed, backend: str, timeout_s: float = 300.0, shm_com
     """`deepspeed.init_distributed` on the process group that already exists (exatrain's), never a new one."""
     if not shm_comm:
         deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # DeepSpeed documents this dict as editable
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
-                               timeout=datetime.timedelta(seconds=timeout_s))
+    deepspeed.init_distributed(
+        dist_backend=backend, auto_mpi_discovery=False, timeout=datetime.timedelta(seconds=timeout_s)
+    )
 
 
 def attach_deepspeed(ctx: Context, timeout_s: float = 300.0, shm_comm: bool = False):
@@ -90,8 +93,9 @@ def group_of_one(device: torch.device, timeout_s: float = 300.0) -> str:
     """A one-rank process group on an in-process store (no port, no rendezvous), for libraries that need a
     group even in a single process; returns its backend."""
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend, store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s)
+    )
     # DeepSpeed's engine reads its local rank from the environment, as its launcher would have set it
     set_variables({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, overwrite=False)
     return backend

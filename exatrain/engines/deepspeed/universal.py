@@ -39,9 +39,11 @@ def ensure_universal(path: Path, tag: str) -> Path:
             error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     error = all_gather_objects(error)[0]  # also the barrier: the other ranks read what rank 0 wrote
     if error:
-        raise ExatrainError(f"converting checkpoint {path} to DeepSpeed's universal format failed ({error})",
-                            "resume with the world size that wrote it (its exatrain.json says which), or export "
-                            f"its weights (python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them")
+        raise ExatrainError(
+            f"converting checkpoint {path} to DeepSpeed's universal format failed ({error})",
+            "resume with the world size that wrote it (its exatrain.json says which), or export "
+            f"its weights (python {path}/zero_to_fp32.py {path} OUT_DIR) and start a new run from them",
+        )
     return final
 
 
@@ -51,10 +53,16 @@ def _convert(source: Path, final: Path, tag: str) -> None:
 
     partial = final.with_name(f".{final.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)  # a conversion killed before its rename
-    args = argparse.Namespace(input_folder=str(source), output_folder=str(partial / tag), num_extract_workers=1,
-                              num_merge_workers=1, keep_temp_folder=False, strict=True,
-                              # the version key Megatron-DeepSpeed writes; exatrain's model needs no TP patterns
-                              inject_missing_state=True)
+    args = argparse.Namespace(
+        input_folder=str(source),
+        output_folder=str(partial / tag),
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
+        # the version key Megatron-DeepSpeed writes; exatrain's model needs no TP patterns
+        inject_missing_state=True,
+    )
     log = io.StringIO()  # the converter prints its progress (and tqdm bars): keep it out of the run's output
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):

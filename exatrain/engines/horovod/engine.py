@@ -17,8 +17,8 @@ import torch
 
 import exatrain
 from exatrain.config import Config
-from exatrain.engines.protocol import Engine
 from exatrain.engines.optim import build_optimizer, build_scheduler
+from exatrain.engines.protocol import Engine
 
 
 class HorovodEngine(Engine):
@@ -26,12 +26,15 @@ class HorovodEngine(Engine):
 
     steps_optimizer = True
 
-    def __init__(self, cfg: Config, ctx: exatrain.Context, reference: torch.nn.Module, accumulation: int, autocast):
+    def __init__(
+        self, cfg: Config, ctx: exatrain.Context, reference: torch.nn.Module, accumulation: int, autocast
+    ):
         hvd = exatrain.init_horovod(ctx)
         self.model = reference.to(ctx.device)
         base = build_optimizer(self.model, cfg.train)
-        self.optimizer = hvd.DistributedOptimizer(base, named_parameters=self.model.named_parameters(),
-                                                  backward_passes_per_step=accumulation)
+        self.optimizer = hvd.DistributedOptimizer(
+            base, named_parameters=self.model.named_parameters(), backward_passes_per_step=accumulation
+        )
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
         # torch's optimizer-state loading (DCP, on resume) calls zero_grad(set_to_none=True), which Horovod's
         # zero_grad() does not take: accept it and keep Horovod's behaviour (gradients zeroed, not freed)

@@ -23,8 +23,10 @@ def import_horovod():
     try:
         import horovod.torch as hvd
     except ImportError as exc:
-        raise ExatrainError(f"Horovod is not installed in this environment ({exc})",
-                            "bash scripts/install.sh horovod (builds Horovod 0.28.1 for this torch, ~8 min once)") from exc
+        raise ExatrainError(
+            f"Horovod is not installed in this environment ({exc})",
+            "bash scripts/install.sh horovod (builds Horovod 0.28.1 for this torch, ~8 min once)",
+        ) from exc
     return hvd
 
 
@@ -47,13 +49,20 @@ def init_horovod(ctx):
     if grouped:
         dist.broadcast_object_list(port, src=0)
     set_variables({"HOROVOD_CPU_OPERATIONS": "gloo"}, overwrite=False)
-    set_variables({
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": env.main_address if len(hosts) > 1 else "127.0.0.1",
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]), "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_HOSTNAME": me[0], "HOROVOD_RANK": str(env.global_rank), "HOROVOD_SIZE": str(env.world_size),
-        "HOROVOD_LOCAL_RANK": str(env.local_rank), "HOROVOD_LOCAL_SIZE": str(env.local_world_size),
-        "HOROVOD_CROSS_RANK": str(hosts.index(me[0])), "HOROVOD_CROSS_SIZE": str(len(hosts)),
-    })
+    set_variables(
+        {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": env.main_address if len(hosts) > 1 else "127.0.0.1",
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port[0]),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_HOSTNAME": me[0],
+            "HOROVOD_RANK": str(env.global_rank),
+            "HOROVOD_SIZE": str(env.world_size),
+            "HOROVOD_LOCAL_RANK": str(env.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(env.local_world_size),
+            "HOROVOD_CROSS_RANK": str(hosts.index(me[0])),
+            "HOROVOD_CROSS_SIZE": str(len(hosts)),
+        }
+    )
     if len(hosts) == 1:
         set_variables({"HOROVOD_GLOO_IFACE": "lo"}, overwrite=False)
     hvd.init()
@@ -66,6 +75,18 @@ def _start_rendezvous(ranks: list[tuple], hosts: list[str]) -> int:
 
     server = RendezvousServer(verbose=0)
     port = server.start()
-    server.init([SlotInfo(hostname=h, rank=r, local_rank=lr, cross_rank=hosts.index(h), size=len(ranks),
-                          local_size=ls, cross_size=len(hosts)) for h, r, lr, ls in sorted(ranks, key=lambda x: x[1])])
+    server.init(
+        [
+            SlotInfo(
+                hostname=h,
+                rank=r,
+                local_rank=lr,
+                cross_rank=hosts.index(h),
+                size=len(ranks),
+                local_size=ls,
+                cross_size=len(hosts),
+            )
+            for h, r, lr, ls in sorted(ranks, key=lambda x: x[1])
+        ]
+    )
     return port

@@ -16,8 +16,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from exatrain.distributed import all_gather_objects, init_distributed, teardown
 from exatrain.config import JobConfig
+from exatrain.distributed import all_gather_objects, init_distributed, teardown
 from exatrain.distributed.affinity import check_affinity
 from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alone
 from exatrain.env.watch import job_end_time
@@ -48,8 +48,11 @@ def doctor_here(env, args) -> int:
 
 def _doctor(env, args) -> int:
     if args.nccl_log and not Path(args.nccl_log).is_file():
-        raise ConfigError(f"--nccl-log {args.nccl_log}: no such file", "give the file an NCCL_DEBUG=INFO run wrote, "
-                          "or leave --nccl-log out (the doctor's GPU ranks log NCCL's set-up themselves)")
+        raise ConfigError(
+            f"--nccl-log {args.nccl_log}: no such file",
+            "give the file an NCCL_DEBUG=INFO run wrote, "
+            "or leave --nccl-log out (the doctor's GPU ranks log NCCL's set-up themselves)",
+        )
     if not _may_use_nccl(args.device):
         return _checks(env, args, None)
     log_dir = Path(args.nccl_log_dir or tempfile.mkdtemp(prefix="exatrain-doctor-nccl-"))
@@ -69,10 +72,16 @@ def _may_use_nccl(device: str) -> bool:
 def _checks(env, args, nccl_log: Path | None) -> int:
     sizes = doctor.sweep_sizes(doctor.parse_size(args.max_size))  # bad input fails before the group is joined
     if args.iters < 1:
-        raise ConfigError(f"--iters {args.iters}: the sweep needs at least one timed call per size", "use --iters 5")
-    ctx = init_distributed(env, args.device, "auto", args.timeout)  # joining the group proves the master reachable
+        raise ConfigError(
+            f"--iters {args.iters}: the sweep needs at least one timed call per size", "use --iters 5"
+        )
+    ctx = init_distributed(
+        env, args.device, "auto", args.timeout
+    )  # joining the group proves the master reachable
     try:
-        check_affinity(ctx, JobConfig(profile=args.site) if args.site else JobConfig(), "warn")  # CPU affinity vs the profile's masks or the GPU's NUMA node
+        check_affinity(
+            ctx, JobConfig(profile=args.site) if args.site else JobConfig(), "warn"
+        )  # CPU affinity vs the profile's masks or the GPU's NUMA node
         caches = sorted({tempfile.gettempdir(), *(c for c in (args.cache_dir,) if c)})
         report = doctor.rank_report(ctx.rank, ctx.local_rank, ctx.env.local_world_size, ctx.device, caches)
         report["links"] = doctor.gpu_links() if ctx.local_rank == 0 else None
@@ -100,15 +109,36 @@ def _nccl_report(nccl_log: Path | None) -> dict:
 
 
 def _print(console: Console, reports, sweep, network, backend, problems) -> None:
-    ranks = Table(title=f"exatrain doctor: {len(reports)} rank(s) on {len({r['host'] for r in reports})} node(s), "
-                        f"backend {backend or 'none'}")
-    for col in ("rank", "host", "local", "device", "GPUs seen", "ranks on node", "fabric", "net plugin", "caches writable"):
+    ranks = Table(
+        title=f"exatrain doctor: {len(reports)} rank(s) on {len({r['host'] for r in reports})} node(s), "
+        f"backend {backend or 'none'}"
+    )
+    for col in (
+        "rank",
+        "host",
+        "local",
+        "device",
+        "GPUs seen",
+        "ranks on node",
+        "fabric",
+        "net plugin",
+        "caches writable",
+    ):
         ranks.add_column(col)
     for r in reports:
         caches = ", ".join(f"{c}: {'yes' if ok else 'NO'}" for c, ok in r["caches"].items())
         plugins = ", ".join(os.path.basename(p) for p in r["plugins"]) or "none"
-        ranks.add_row(str(r["rank"]), r["host"], str(r["local_rank"]), r["device"], str(r["visible_gpus"]),
-                      str(r["ranks_on_node"]), ", ".join(r["interfaces"]) or "none", plugins, caches)
+        ranks.add_row(
+            str(r["rank"]),
+            r["host"],
+            str(r["local_rank"]),
+            r["device"],
+            str(r["visible_gpus"]),
+            str(r["ranks_on_node"]),
+            ", ".join(r["interfaces"]) or "none",
+            plugins,
+            caches,
+        )
     console.print(ranks)
     for r in reports:
         if r["links"]:
@@ -122,7 +152,9 @@ def _print(console: Console, reports, sweep, network, backend, problems) -> None
         for col in ("size", "time", "algbw GB/s", "busbw GB/s"):
             bw.add_column(col, justify="right")
         for s in sweep:
-            bw.add_row(_size(s["bytes"]), f"{s['time_s'] * 1e6:,.0f} us", _gbs(s['algbw_gbs']), _gbs(s['busbw_gbs']))
+            bw.add_row(
+                _size(s["bytes"]), f"{s['time_s'] * 1e6:,.0f} us", _gbs(s["algbw_gbs"]), _gbs(s["busbw_gbs"])
+            )
         console.print(bw)
     for problem, hint in problems:
         console.print(f"FAIL: {problem}\nHINT: {hint}", markup=False, highlight=False)
@@ -135,13 +167,17 @@ def _hang_line(reports) -> str:
     before exatrain's default collective timeout (300 s): then only --hang-timeout finds a hang in time."""
     fr = sum(1 for r in reports if r.get("flight_recorder"))
     spy = pyspy_path()
-    line = (f"hang detection: torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
-            f"{spy or 'not installed (a stopped rank would be named without its stack line)'}")
+    line = (
+        f"hang detection: torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
+        f"{spy or 'not installed (a stopped rank would be named without its stack line)'}"
+    )
     end = job_end_time()
     if end is not None and end - time.time() < DEFAULT_COLLECTIVE_TIMEOUT_S:
-        line += (f"\nWARNING: this job ends in {end - time.time():.0f} s, before a collective timeout of "
-                 f"{DEFAULT_COLLECTIVE_TIMEOUT_S:g} s could fire\nHINT: watch for hangs with `exatrain run "
-                 "--hang-timeout S` or [run] hang_timeout_s, well below the time left")
+        line += (
+            f"\nWARNING: this job ends in {end - time.time():.0f} s, before a collective timeout of "
+            f"{DEFAULT_COLLECTIVE_TIMEOUT_S:g} s could fire\nHINT: watch for hangs with `exatrain run "
+            "--hang-timeout S` or [run] hang_timeout_s, well below the time left"
+        )
     return line
 
 
@@ -170,6 +206,8 @@ def _nccl_lines(reports) -> list[str]:
     lines = []
     for (network, plugin), ranks in setups.items():
         said = f"{network}, plugin {plugin}" if network and plugin else network or "not in the log"
-        lines.append(f"NCCL network (each GPU rank's NCCL_DEBUG=INFO log): {said}, "
-                     f"on rank(s) {doctor.rank_list(ranks)}")
+        lines.append(
+            f"NCCL network (each GPU rank's NCCL_DEBUG=INFO log): {said}, "
+            f"on rank(s) {doctor.rank_list(ranks)}"
+        )
     return lines

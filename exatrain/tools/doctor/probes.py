@@ -32,9 +32,13 @@ def parse_size(text: str) -> int:
     """Bytes of a size like 256MiB, 64KiB, 1GiB or 4096."""
     m = re.fullmatch(r"\s*(\d+)\s*(|B|KiB|MiB|GiB|K|M|G)\s*", text)
     if not m:
-        raise ConfigError(f"size {text!r}: expected a number of bytes with an optional unit B, KiB, MiB or GiB",
-                          "use e.g. --max-size 64KiB or --max-size 256MiB")
-    unit = {"": 1, "B": 1, "K": KIB, "KiB": KIB, "M": KIB**2, "MiB": KIB**2, "G": KIB**3, "GiB": KIB**3}[m.group(2)]
+        raise ConfigError(
+            f"size {text!r}: expected a number of bytes with an optional unit B, KiB, MiB or GiB",
+            "use e.g. --max-size 64KiB or --max-size 256MiB",
+        )
+    unit = {"": 1, "B": 1, "K": KIB, "KiB": KIB, "M": KIB**2, "MiB": KIB**2, "G": KIB**3, "GiB": KIB**3}[
+        m.group(2)
+    ]
     return int(m.group(1)) * unit
 
 
@@ -43,7 +47,9 @@ def sweep_sizes(max_bytes: int) -> list[int]:
     return [s for s in DEFAULT_SIZES if s <= max_bytes] or [KIB]
 
 
-def bus_bandwidth_sweep(sizes: list[int], device: torch.device, iters: int = 5, warmup: int = 1) -> list[dict]:
+def bus_bandwidth_sweep(
+    sizes: list[int], device: torch.device, iters: int = 5, warmup: int = 1
+) -> list[dict]:
     """all_reduce (sum, float32) of each size over all ranks; the time per call is the slowest rank's mean.
 
     Returns [{"bytes", "time_s", "algbw_gbs", "busbw_gbs"}]; a collective: every rank calls it."""
@@ -62,8 +68,14 @@ def bus_bandwidth_sweep(sizes: list[int], device: torch.device, iters: int = 5, 
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         t = elapsed.item()
         algbw = buf.numel() * 4 / t / 1e9
-        results.append({"bytes": buf.numel() * 4, "time_s": t, "algbw_gbs": algbw,
-                        "busbw_gbs": all_reduce_bus_bandwidth(algbw, n)})
+        results.append(
+            {
+                "bytes": buf.numel() * 4,
+                "time_s": t,
+                "algbw_gbs": algbw,
+                "busbw_gbs": all_reduce_bus_bandwidth(algbw, n),
+            }
+        )
     return results
 
 
@@ -98,8 +110,14 @@ def network_plugins(library_path: str | None = None) -> list[str]:
 
 
 # NCCL's name of the network it uses ("Using network X") -> the family the doctor reports
-_NETWORK_FAMILY = {"Socket": "Socket", "IB": "IB", "IBext": "IB", "OFI": "OFI", "Libfabric": "OFI",
-                   "AWS Libfabric": "OFI"}
+_NETWORK_FAMILY = {
+    "Socket": "Socket",
+    "IB": "IB",
+    "IBext": "IB",
+    "OFI": "OFI",
+    "Libfabric": "OFI",
+    "AWS Libfabric": "OFI",
+}
 
 
 def parse_nccl_network(log: str) -> str | None:
@@ -110,7 +128,9 @@ def parse_nccl_network(log: str) -> str | None:
     if m:
         return _NETWORK_FAMILY.get(m[-1], m[-1])
     for tag in ("NET/OFI", "NET/IB", "NET/Socket"):
-        if re.search(rf"NCCL INFO {tag} : Using", log) or (tag == "NET/OFI" and re.search("Selected [Pp]rovider", log)):
+        if re.search(rf"NCCL INFO {tag} : Using", log) or (
+            tag == "NET/OFI" and re.search("Selected [Pp]rovider", log)
+        ):
             return tag.removeprefix("NET/")
     return None
 
@@ -119,9 +139,11 @@ def parse_nccl_plugin(log: str) -> str | None:
     """The network plugin an NCCL_DEBUG=INFO log says NCCL loaded ("aws-ofi-nccl 1.6.0", "NCCL RDMA Plugin v6",
     a library path), "internal" when it found none and uses its own IB/Socket transports, None when the log
     does not say."""
-    patterns = (r"NET/OFI (?:Using|Initializing) (aws-ofi-[rn]ccl\S*(?: \S+)?)",  # aws-ofi-nccl / aws-ofi-rccl
-                r"NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?\s*$",
-                r"Plugin Path : (\S+)")
+    patterns = (
+        r"NET/OFI (?:Using|Initializing) (aws-ofi-[rn]ccl\S*(?: \S+)?)",  # aws-ofi-nccl / aws-ofi-rccl
+        r"NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?\s*$",
+        r"Plugin Path : (\S+)",
+    )
     for pattern in patterns:
         m = re.search(pattern, log, re.M)
         if m:
@@ -158,15 +180,21 @@ def gpu_links() -> str | None:
     return None
 
 
-def rank_report(rank: int, local_rank: int, local_world_size: int, device: torch.device,
-                caches: list[str]) -> dict:
+def rank_report(
+    rank: int, local_rank: int, local_world_size: int, device: torch.device, caches: list[str]
+) -> dict:
     """What one rank sees: host, device, GPUs visible vs ranks on the node, fabrics, plugins, caches."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return {
-        "rank": rank, "host": socket.gethostname(), "local_rank": local_rank, "device": str(device),
-        "visible_gpus": gpus, "ranks_on_node": local_world_size,
+        "rank": rank,
+        "host": socket.gethostname(),
+        "local_rank": local_rank,
+        "device": str(device),
+        "visible_gpus": gpus,
+        "ranks_on_node": local_world_size,
         "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "interfaces": high_speed_interfaces(), "plugins": network_plugins(),
+        "interfaces": high_speed_interfaces(),
+        "plugins": network_plugins(),
         "caches": {c: writable(c) for c in caches if os.path.isdir(c)},
     }
 
@@ -178,22 +206,45 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None = None)
     for r in reports:
         where = f"rank {r['rank']} on {r['host']}"
         if r["device"].startswith("cuda") and r["visible_gpus"] < 1:
-            out.append((f"{where}: device {r['device']} but no GPU visible", "check --gpus-per-task / CUDA_VISIBLE_DEVICES"))
+            out.append(
+                (
+                    f"{where}: device {r['device']} but no GPU visible",
+                    "check --gpus-per-task / CUDA_VISIBLE_DEVICES",
+                )
+            )
         if r["device"].startswith("cuda") and r["visible_gpus"] not in (1, r["ranks_on_node"]):
-            out.append((f"{where}: sees {r['visible_gpus']} GPU(s) with {r['ranks_on_node']} rank(s) on the node",
-                        "bind one GPU per rank (--gpus-per-task=1) or all node GPUs to every rank (--gpus-per-node)"))
+            out.append(
+                (
+                    f"{where}: sees {r['visible_gpus']} GPU(s) with {r['ranks_on_node']} rank(s) on the node",
+                    "bind one GPU per rank (--gpus-per-task=1) or all node GPUs to every rank (--gpus-per-node)",
+                )
+            )
         for cache, ok in r["caches"].items():
             if not ok:
-                out.append((f"{where}: cache directory {cache} is not writable", "point data.cache_dir / TMPDIR at a writable node-local directory"))
+                out.append(
+                    (
+                        f"{where}: cache directory {cache} is not writable",
+                        "point data.cache_dir / TMPDIR at a writable node-local directory",
+                    )
+                )
     nodes = {r["host"] for r in reports}
     if backend == "nccl" and len(nodes) > 1:
         on_socket = [r for r in reports if (r.get("nccl") or {}).get("network") == "Socket"]
         if on_socket or nccl_network == "Socket":
             where = f" (rank(s) {rank_list(on_socket)})" if on_socket else " (the given NCCL log)"
-            out.append((f"NCCL uses NET/Socket between nodes (TCP){where}: far below the fabric's bandwidth",
-                        "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check NCCL_IB_HCA / NCCL_SOCKET_IFNAME"))
+            out.append(
+                (
+                    f"NCCL uses NET/Socket between nodes (TCP){where}: far below the fabric's bandwidth",
+                    "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check NCCL_IB_HCA / NCCL_SOCKET_IFNAME",
+                )
+            )
         if not any(r["interfaces"] for r in reports):
-            out.append(("no high-speed interface (hsn*, ib*) on any node", "run on the compute partition; check the site profile"))
+            out.append(
+                (
+                    "no high-speed interface (hsn*, ib*) on any node",
+                    "run on the compute partition; check the site profile",
+                )
+            )
     return out
 
 

@@ -36,22 +36,39 @@ WARMUP_STEPS = 2  # DDP rebuilds its buckets in the second step (in the order gr
 
 # c10d op -> (kind, index of the argument whose tensors make nccl-tests' size S)
 C10D_OPS = {
-    "allreduce_": ("all_reduce", 0), "allreduce_coalesced_": ("all_reduce", 0),
-    "_allgather_base_": ("all_gather", 0), "allgather_": ("all_gather", 0),
-    "allgather_coalesced_": ("all_gather", 0), "allgather_into_tensor_coalesced_": ("all_gather", 0),
-    "_reduce_scatter_base_": ("reduce_scatter", 1), "reduce_scatter_": ("reduce_scatter", 1),
+    "allreduce_": ("all_reduce", 0),
+    "allreduce_coalesced_": ("all_reduce", 0),
+    "_allgather_base_": ("all_gather", 0),
+    "allgather_": ("all_gather", 0),
+    "allgather_coalesced_": ("all_gather", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0),
+    "_reduce_scatter_base_": ("reduce_scatter", 1),
+    "reduce_scatter_": ("reduce_scatter", 1),
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
-    "broadcast_": ("broadcast", 0), "send": ("send", 0), "recv_": ("recv", 0),
+    "broadcast_": ("broadcast", 0),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
     "recv_any_source_": ("recv", 0),
-    "alltoall_": ("all_to_all", 1), "alltoall_base_": ("all_to_all", 1), "reduce_": ("reduce", 0),
-    "gather_": ("gather", 1), "scatter_": ("scatter", 0), "barrier": ("barrier", None),
+    "alltoall_": ("all_to_all", 1),
+    "alltoall_base_": ("all_to_all", 1),
+    "reduce_": ("reduce", 0),
+    "gather_": ("gather", 1),
+    "scatter_": ("scatter", 0),
+    "barrier": ("barrier", None),
 }
 FUNCTIONAL_OPS = {  # _c10d_functional op -> kind (S from the first argument; all-gather: x group size)
-    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "all_reduce_coalesced": "all_reduce",
-    "all_reduce_coalesced_": "all_reduce", "all_gather_into_tensor": "all_gather",
-    "all_gather_into_tensor_out": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+    "broadcast": "broadcast",
+    "broadcast_": "broadcast",
 }
 
 
@@ -146,8 +163,10 @@ def summarize(calls, dims: ParallelDims) -> list[Collective]:
         entry[0] += 1
         entry[1] += nbytes
         entry[2] = ranks
-    return sorted((Collective(k, d, g, c, b, r) for (k, d, g), (c, b, r) in table.items()),
-                  key=lambda c: (-c.bytes, c.kind, c.dim))
+    return sorted(
+        (Collective(k, d, g, c, b, r) for (k, d, g), (c, b, r) in table.items()),
+        key=lambda c: (-c.bytes, c.kind, c.dim),
+    )
 
 
 def measure_step_comm(cfg: Config, world_size: int, rank: int, vocab_size: int) -> list[Collective]:
@@ -193,6 +212,7 @@ def _fake_step(cfg: Config, dims: ParallelDims, stages, recorder: CollectiveReco
             clip_grad_norm_(parts, t.grad_clip, pp_mesh=dims.mesh("pp"))
         optimizer.step()  # AdamW communicates too where gradients are Partial DTensors (norms under SP)
         optimizer.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -215,7 +235,7 @@ class DdpBuckets:
 
     def step_done(self) -> None:
         if self.buckets is None:
-            order = list(dict.fromkeys(self.ready[-len(self.params):]))  # the synchronising backward's order
+            order = list(dict.fromkeys(self.ready[-len(self.params) :]))  # the synchronising backward's order
             everything = [list(range(len(self.params)))]
             self.buckets = self._assign(order) if len(order) == len(self.params) else everything
             sizes = [sum(_nbytes(self.params[i]) for i in range(len(self.params)))]
@@ -227,8 +247,9 @@ class DdpBuckets:
     def _assign(self, order: list[int]) -> list[list[int]]:
         cap = 25 * 1024 * 1024  # DDP's bucket_cap_mb default (_DEFAULT_BUCKET_CAP_MB)
         meta = [torch.empty(self.params[i].shape, dtype=self.params[i].dtype, device="meta") for i in order]
-        buckets, _ = dist._compute_bucket_assignment_by_size(meta, [dist._DEFAULT_FIRST_BUCKET_BYTES, cap],
-                                                             [False] * len(order), list(range(len(order))))
+        buckets, _ = dist._compute_bucket_assignment_by_size(
+            meta, [dist._DEFAULT_FIRST_BUCKET_BYTES, cap], [False] * len(order), list(range(len(order)))
+        )
         return [[order[j] for j in b] for b in buckets]
 
 
@@ -250,9 +271,12 @@ def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int):
     with torch.device("meta"):
         stages = build_rank_stages(cfg, dims, vocab_size, dims.coordinate("pp"))
     for _, chunk in stages:
-        apply_training_layout(chunk, SimpleNamespace(dims=dims, device=torch.device("cpu")),
-                              dc_replace(cfg.parallel, compile=False),
-                              layout="none" if _replicates(dims) else "auto")
+        apply_training_layout(
+            chunk,
+            SimpleNamespace(dims=dims, device=torch.device("cpu")),
+            dc_replace(cfg.parallel, compile=False),
+            layout="none" if _replicates(dims) else "auto",
+        )
     return stages
 
 
@@ -305,15 +329,29 @@ def _pipeline_engine(cfg: Config, dims: ParallelDims, stages, loss_parallel: boo
     p = cfg.parallel
     chunks = [c for _, c in stages]
     ids = [s for s, _ in stages]
-    pipeline = exatrain.Pipeline(chunks, ids, dims.pp * p.pp_stages_per_rank, dims.mesh("pp").get_group(),
-                                 torch.device("cpu"), p.pp_schedule, dims.microbatches(p), lm_loss)
+    pipeline = exatrain.Pipeline(
+        chunks,
+        ids,
+        dims.pp * p.pp_stages_per_rank,
+        dims.mesh("pp").get_group(),
+        torch.device("cpu"),
+        p.pp_schedule,
+        dims.microbatches(p),
+        lm_loss,
+    )
     holder = torch.nn.ModuleList(chunks)
     return PipelineEngine(holder, pipeline, 0, loss_parallel, _autocast(cfg)), chunks
 
 
 def comm_table(collectives: list[Collective]) -> dict[str, dict]:
     """{"kind over dim": {kind, dim, count, bytes, group_size}} for JSON."""
-    return {f"{c.kind} over {c.dim}": {"kind": c.kind, "dim": c.dim, "count": c.count, "bytes": c.bytes,
-                                       "group_size": c.group_size}
-            for c in collectives}
-
+    return {
+        f"{c.kind} over {c.dim}": {
+            "kind": c.kind,
+            "dim": c.dim,
+            "count": c.count,
+            "bytes": c.bytes,
+            "group_size": c.group_size,
+        }
+        for c in collectives
+    }

@@ -14,8 +14,10 @@ from exatrain.errors import ConfigError
 TIME_KEYS = ("matmul_tflops", "intra_node_busbw_gbs", "inter_node_busbw_gbs")
 # nccl-tests' bus-bandwidth factor per collective kind (PERFORMANCE.md of nccl-tests): busbw = S / t x factor
 BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
 }
 DATA_PARALLEL = ("dp_replicate", "dp_shard")
 ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq and writes three (fp32)
@@ -54,9 +56,11 @@ def check_hardware(hardware, site: str):
     missing = list(TIME_KEYS) if hardware is None else hardware.missing(TIME_KEYS)
     if missing:
         where = "has no [hardware] table" if hardware is None else f"[hardware] lacks {', '.join(missing)}"
-        raise ConfigError(f"--time needs measured hardware constants, but site profile {site!r} {where}",
-                          f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile "
-                          "(measured values, docs/planning.md) and pass its path with --site")
+        raise ConfigError(
+            f"--time needs measured hardware constants, but site profile {site!r} {where}",
+            f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile "
+            "(measured values, docs/planning.md) and pass its path with --site",
+        )
     return hardware
 
 
@@ -71,8 +75,12 @@ def collective_seconds(kind: str, nbytes: int, group_size: int, crosses_nodes: b
 
 def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     """Predict one step: compute + exposed communication + pipeline bubble + optimizer (docs/planning.md)."""
-    compute = inputs.flops_per_token * inputs.tokens_per_step * inputs.recompute_factor / (
-        inputs.world_size * hw.matmul_tflops * 1e12)
+    compute = (
+        inputs.flops_per_token
+        * inputs.tokens_per_step
+        * inputs.recompute_factor
+        / (inputs.world_size * hw.matmul_tflops * 1e12)
+    )
     comm = {}
     exposed_dp = exposed_other = 0.0
     dp_total = 0.0
@@ -96,11 +104,18 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     total = compute + exposed_dp + exposed_other + bubble + optimizer
     tflops = inputs.flops_per_token * inputs.tokens_per_step / total / inputs.world_size / 1e12
     return StepTime(
-        step_time_s=total, tokens_per_s=inputs.tokens_per_step / total, tflops_per_gpu=tflops,
+        step_time_s=total,
+        tokens_per_s=inputs.tokens_per_step / total,
+        tflops_per_gpu=tflops,
         mfu=tflops / hw.peak_tflops if hw.peak_tflops else None,
-        breakdown={"compute_s": compute, "exposed_comm_s": exposed_dp + exposed_other, "bubble_s": bubble,
-                   "optimizer_s": optimizer},
-        comm_s=comm)
+        breakdown={
+            "compute_s": compute,
+            "exposed_comm_s": exposed_dp + exposed_other,
+            "bubble_s": bubble,
+            "optimizer_s": optimizer,
+        },
+        comm_s=comm,
+    )
 
 
 def recompute_factor(ac: str, every: int) -> float:

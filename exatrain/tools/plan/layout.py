@@ -51,11 +51,15 @@ def fake_group(rank: int, world_size: int):
     try:
         from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
     except ImportError as e:
-        raise ExatrainError(f"this torch build lacks the fake process group exatrain plan needs ({e})",
-                            f"use a PyTorch wheel that ships torch.testing._internal (here: {torch.__version__})") from None
+        raise ExatrainError(
+            f"this torch build lacks the fake process group exatrain plan needs ({e})",
+            f"use a PyTorch wheel that ships torch.testing._internal (here: {torch.__version__})",
+        ) from None
     if dist.is_initialized():
-        raise ExatrainError("exatrain plan needs a process without a process group, but one is already initialized",
-                            "run `exatrain plan` on its own, not inside a training job")
+        raise ExatrainError(
+            "exatrain plan needs a process without a process group, but one is already initialized",
+            "run `exatrain plan` on its own, not inside a training job",
+        )
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         yield
@@ -70,7 +74,10 @@ def _forget_meshes() -> None:
     are new: a cached plan would name a group of the destroyed fake group."""
     try:  # private torch API (2.13); older versions without these caches have nothing to clear
         from torch.distributed.tensor import _redistribute
-        from torch.distributed.tensor.debug import _clear_fast_path_sharding_prop_cache, _clear_sharding_prop_cache
+        from torch.distributed.tensor.debug import (
+            _clear_fast_path_sharding_prop_cache,
+            _clear_sharding_prop_cache,
+        )
     except ImportError:
         return
     _clear_sharding_prop_cache()  # Python cache
@@ -119,12 +126,19 @@ def meta_grad_bytes(stages, dims: ParallelDims, cfg: Config) -> int | None:
         for _, chunk in stages:
             tokens = torch.zeros(1, t, dtype=torch.long, device="meta")
             # a later pipeline stage gets hidden states (its sequence shard under sequence parallel)
-            x = tokens if chunk.tok_embeddings is not None else torch.zeros(
-                1, t // (dims.tp if p.sequence_parallel else 1), shape.dim, device="meta")
+            x = (
+                tokens
+                if chunk.tok_embeddings is not None
+                else torch.zeros(1, t // (dims.tp if p.sequence_parallel else 1), shape.dim, device="meta")
+            )
             out = chunk(x, tokens) if chunk.output is not None else chunk(x)
             (out if out.dim() == 0 else out.float().sum()).backward()
-    return sum(local_tensor(q.grad).numel() * q.grad.element_size()
-               for _, m in stages for q in m.parameters() if q.grad is not None)
+    return sum(
+        local_tensor(q.grad).numel() * q.grad.element_size()
+        for _, m in stages
+        for q in m.parameters()
+        if q.grad is not None
+    )
 
 
 def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims, grad_bytes: int | None) -> RankShards:
@@ -133,26 +147,40 @@ def _measure(rank: int, pp_rank: int, stages, dims: ParallelDims, grad_bytes: in
     units = [u for _, m in stages for u in fsdp_units(m, dims)] or [0]
     n_stages = dims.pp * len(stages)  # every pipeline rank runs the same number of chunks
     return RankShards(
-        rank=rank, pp_rank=pp_rank, stages=tuple(s for s, _ in stages),
+        rank=rank,
+        pp_rank=pp_rank,
+        stages=tuple(s for s, _ in stages),
         blocks=tuple(len(m.layers) for _, m in stages),
-        first=any(s == 0 for s, _ in stages), last=any(s == n_stages - 1 for s, _ in stages),
-        param_elements=elements, param_tensors=len(params),
-        param_bytes=sum(local_tensor(p).numel() * p.element_size() for p in params), grad_bytes=grad_bytes,
-        largest_unit_bytes=max(units), all_units_bytes=sum(units),
+        first=any(s == 0 for s, _ in stages),
+        last=any(s == n_stages - 1 for s, _ in stages),
+        param_elements=elements,
+        param_tensors=len(params),
+        param_bytes=sum(local_tensor(p).numel() * p.element_size() for p in params),
+        grad_bytes=grad_bytes,
+        largest_unit_bytes=max(units),
+        all_units_bytes=sum(units),
     )
 
 
-def local_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+def local_state_bytes(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict[str, int]:
     """Bytes of this rank's local parameter, gradient and optimizer-state shards (works on real ranks and on
     meta tensors alike): what `exatrain plan` predicts and what the tests and benchmarks measure."""
+
     def nbytes(t):
         t = local_tensor(t)
         return t.numel() * t.element_size()
 
-    out = {"params": sum(nbytes(p) for p in model.parameters()),
-           "grads": sum(nbytes(p.grad) for p in model.parameters() if p.grad is not None), "optimizer": 0}
+    out = {
+        "params": sum(nbytes(p) for p in model.parameters()),
+        "grads": sum(nbytes(p.grad) for p in model.parameters() if p.grad is not None),
+        "optimizer": 0,
+    }
     if optimizer is not None:
-        out["optimizer"] = sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))
+        out["optimizer"] = sum(
+            nbytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+        )
     return out
 
 
@@ -178,6 +206,7 @@ def fsdp_units(model: torch.nn.Module, dims: ParallelDims) -> list[int]:
 
 # -- the layout itself, built and applied by the functions training uses (train/model_layout.py) --
 
+
 def build_rank_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
     """[(stage index, chunk)] of the model chunks `pp_rank` runs (the whole model without PP), split as
     the pipeline engine splits them (models.pipeline_split, looped stage assignment)."""
@@ -196,5 +225,9 @@ def apply_layout(chunk, dims: ParallelDims, cfg: Config) -> None:
     wrap a meta-device model."""
     # exatrain.parallelize needs only a Context's dims and device: the plan's fake-group layout gives both
     layout = "none" if dims.ddp and not dims.pp_enabled else "auto"
-    apply_training_layout(chunk, SimpleNamespace(dims=dims, device=torch.device("cpu")),
-                          replace(cfg.parallel, compile=False), layout=layout)
+    apply_training_layout(
+        chunk,
+        SimpleNamespace(dims=dims, device=torch.device("cpu")),
+        replace(cfg.parallel, compile=False),
+        layout=layout,
+    )

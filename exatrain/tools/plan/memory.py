@@ -46,7 +46,9 @@ from dataclasses import dataclass
 
 from exatrain.models import ModelShape
 
-ADAMW_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32 each, per parameter element (plus a scalar step per tensor)
+ADAMW_STATE_BYTES = (
+    8  # exp_avg + exp_avg_sq, fp32 each, per parameter element (plus a scalar step per tensor)
+)
 STEP_BYTES = 4  # AdamW's `step` is one fp32 scalar tensor per parameter tensor
 # fp32: B*T*D elements saved by one block as (the norms' inputs and normalised inputs (/ tp with sequence
 # parallel), the norm outputs (whole under TP), terms sharded by TP); module docstring
@@ -56,8 +58,10 @@ HEAD_NORM_BYTES = {4: 8, 2: 4}  # per B*T*D, by element size: what the final nor
 # bf16 autocast: bytes per B*T*D saved by one block as (fp32 residual, bf16 casts of the norm outputs (whole
 # under TP), terms sharded by TP); measured on an H100 with benchmarks/gpu_memory.py (module docstring)
 BF16_BLOCK = {"eager": (8, 8, 24), "compiled": (8, 4, 22)}
-GIB = 1024 ** 3
-TIGHT_FRACTION = 0.9  # above this share of the GPU the verdict says "tight": allocator slack and context eat the rest
+GIB = 1024**3
+TIGHT_FRACTION = (
+    0.9  # above this share of the GPU the verdict says "tight": allocator slack and context eat the rest
+)
 
 
 @dataclass(frozen=True)

@@ -83,20 +83,30 @@ def default_vocab(cfg: Config) -> tuple[int, bool]:
     return ASSUMED_VOCAB, True
 
 
-def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
-              vocab_size: int | None = None, hardware=None, gpus_per_node: int = 0,
-              comm: bool = False) -> Plan:
+def make_plan(
+    cfg: Config,
+    world_size: int,
+    gpu_memory_gb: float | None = None,
+    vocab_size: int | None = None,
+    hardware=None,
+    gpus_per_node: int = 0,
+    comm: bool = False,
+) -> Plan:
     """Validate the layout of `cfg` for `world_size` ranks (ConfigError with a HINT when it cannot work)
     and measure/estimate the memory of each representative rank; with `comm`, measure the collectives of
     one step (not yet for pipeline layouts); with `hardware` (a profiles.Hardware with the TIME_KEYS set)
     and `gpus_per_node`, predict the step time (exatrain.tools.plan.estimate, docs/planning.md)."""
     t0 = time.perf_counter()
     if not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise ConfigError(f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {world_size}",
-                          "pass the number of ranks (GPUs) of the job, e.g. --world-size 1024")
+        raise ConfigError(
+            f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {world_size}",
+            "pass the number of ranks (GPUs) of the job, e.g. --world-size 1024",
+        )
     if vocab_size is not None and vocab_size < 2:
-        raise ConfigError(f"--vocab-size must be at least 2, got {vocab_size}",
-                          "pass the tokenizer's vocabulary size, e.g. --vocab-size 32000")
+        raise ConfigError(
+            f"--vocab-size must be at least 2, got {vocab_size}",
+            "pass the tokenizer's vocabulary size, e.g. --vocab-size 32000",
+        )
     dims = preflight(cfg, world_size)
     default, guessed = default_vocab(cfg)
     assumed = vocab_size is None and guessed
@@ -111,16 +121,26 @@ def make_plan(cfg: Config, world_size: int, gpu_memory_gb: float | None = None,
     predicted = None
     if hardware is not None:
         if collectives is None:
-            raise ConfigError("--time cannot predict pipeline layouts yet: their communication is not "
-                              "measured",
-                              "drop --time, or plan the layout without pipeline parallel (--parallel.pp=1)")
+            raise ConfigError(
+                "--time cannot predict pipeline layouts yet: their communication is not measured",
+                "drop --time, or plan the layout without pipeline parallel (--parallel.pp=1)",
+            )
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
-    return Plan(world_size=world_size, layout=dims.describe(), degrees=dims.degrees(), vocab_size=vocab,
-                batch_per_microbatch=spec.batch, seq_len=spec.seq_len, gpu_memory_gb=gpu_memory_gb, ranks=ranks,
-                assumptions=notes, elapsed_s=time.perf_counter() - t0,
-                comm=None if collectives is None else comm_table(collectives),
-                time=None if predicted is None else predicted.to_dict())
+    return Plan(
+        world_size=world_size,
+        layout=dims.describe(),
+        degrees=dims.degrees(),
+        vocab_size=vocab,
+        batch_per_microbatch=spec.batch,
+        seq_len=spec.seq_len,
+        gpu_memory_gb=gpu_memory_gb,
+        ranks=ranks,
+        assumptions=notes,
+        elapsed_s=time.perf_counter() - t0,
+        comm=None if collectives is None else comm_table(collectives),
+        time=None if predicted is None else predicted.to_dict(),
+    )
 
 
 def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, notes: list[str]):
@@ -128,26 +148,39 @@ def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, n
     if dims.pp_enabled:
         notes.append("communication: not measured for pipeline layouts yet")
         return None
-    notes.append("communication: every collective of one steady-state step of rank 0 (forward/backward, "
-                 "clipping, AdamW), measured on fake tensors under the fake process group; "
-                 "bytes = nccl-tests' S")
+    notes.append(
+        "communication: every collective of one steady-state step of rank 0 (forward/backward, "
+        "clipping, AdamW), measured on fake tensors under the fake process group; "
+        "bytes = nccl-tests' S"
+    )
     return measure_step_comm(cfg, world_size, 0, vocab)
 
 
-def _predict(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, shards, collectives, hardware,
-             gpus_per_node: int) -> estimate.StepTime:
+def _predict(
+    cfg: Config,
+    dims: ParallelDims,
+    world_size: int,
+    vocab: int,
+    shards,
+    collectives,
+    hardware,
+    gpus_per_node: int,
+) -> estimate.StepTime:
     shape = configured_shape(cfg.model)
     params = shape_params(cfg, vocab)
     matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as the trainer's MFU counts (train/trainer.py)
     p = cfg.parallel
     inputs = estimate.StepInputs(
-        world_size=world_size, gpus_per_node=gpus_per_node or world_size,
+        world_size=world_size,
+        gpus_per_node=gpus_per_node or world_size,
         flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
         tokens_per_step=cfg.train.global_batch_size * cfg.data.seq_len,
         recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
-        pp=dims.pp, pp_chunks=p.pp_stages_per_rank,
+        pp=dims.pp,
+        pp_chunks=p.pp_stages_per_rank,
         microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
-        local_param_elements=max(s.param_elements for s in shards))
+        local_param_elements=max(s.param_elements for s in shards),
+    )
     return estimate.step_time(inputs, collectives, hardware)
 
 
@@ -162,10 +195,12 @@ def shape_params(cfg: Config, vocab: int) -> int:
 
 
 def _time_note(gpus_per_node: int) -> str:
-    return (f"step time: PREDICTION from [hardware] constants (docs/planning.md): compute at matmul_tflops, "
-            f"collectives at nccl-tests' busbw of the links they cross ({gpus_per_node} GPUs per node, ranks "
-            "filling nodes in order), data-parallel traffic hidden behind compute where it fits, tensor "
-            "parallel exposed; not fitted to any measured step")
+    return (
+        f"step time: PREDICTION from [hardware] constants (docs/planning.md): compute at matmul_tflops, "
+        f"collectives at nccl-tests' busbw of the links they cross ({gpus_per_node} GPUs per node, ranks "
+        "filling nodes in order), data-parallel traffic hidden behind compute where it fits, tensor "
+        "parallel exposed; not fitted to any measured step"
+    )
 
 
 def compute_bytes(cfg: Config) -> int:
@@ -177,22 +212,35 @@ def activation_spec(cfg: Config, dims: ParallelDims, vocab: int) -> memory.Activ
     p = cfg.parallel
     micro = dims.microbatches(p) if dims.pp_enabled else 1
     return memory.ActivationSpec(
-        shape=configured_shape(cfg.model), vocab=vocab, seq_len=cfg.data.seq_len,
-        batch=cfg.train.micro_batch_size // micro, elem_bytes=compute_bytes(cfg), tp=dims.tp,
-        sequence_parallel=p.sequence_parallel, loss_parallel=p.loss_parallel, ac=p.activation_checkpoint,
-        ac_every=p.activation_checkpoint_every, dropout=cfg.model.dropout > 0, compiled=p.compile)
+        shape=configured_shape(cfg.model),
+        vocab=vocab,
+        seq_len=cfg.data.seq_len,
+        batch=cfg.train.micro_batch_size // micro,
+        elem_bytes=compute_bytes(cfg),
+        tp=dims.tp,
+        sequence_parallel=p.sequence_parallel,
+        loss_parallel=p.loss_parallel,
+        ac=p.activation_checkpoint,
+        ac_every=p.activation_checkpoint_every,
+        dropout=cfg.model.dropout > 0,
+        compiled=p.compile,
+    )
 
 
-def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec,
-              gpu_gb: float | None) -> RankPlan:
+def rank_plan(
+    s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec, gpu_gb: float | None
+) -> RankPlan:
     """Add gradients, optimizer state, transient buffers and activations to one rank's measured shards."""
     grads = s.param_bytes if s.grad_bytes is None else s.grad_bytes
     optim = memory.optimizer_bytes(s.param_elements, s.param_tensors)
-    per_micro = max(memory.stage_activation_bytes(b, s.last and i == len(s.blocks) - 1, spec)
-                    for i, b in enumerate(s.blocks))
+    per_micro = max(
+        memory.stage_activation_bytes(b, s.last and i == len(s.blocks) - 1, spec)
+        for i, b in enumerate(s.blocks)
+    )
     chunks = len(s.stages)
-    in_flight = memory.microbatches_in_flight(cfg.parallel.pp_schedule, dims.pp, s.pp_rank,
-                                              dims.microbatches(cfg.parallel), chunks)
+    in_flight = memory.microbatches_in_flight(
+        cfg.parallel.pp_schedule, dims.pp, s.pp_rank, dims.microbatches(cfg.parallel), chunks
+    )
     acts = per_micro * in_flight + memory.head_backward_bytes(s.last, spec)
     transient = transient_bytes(s, cfg, dims, grads)
     autocast_copies = spec.elem_bytes == 2 and cfg.parallel.param_dtype == "fp32"
@@ -204,10 +252,22 @@ def rank_plan(s: RankShards, cfg: Config, dims: ParallelDims, spec: memory.Activ
     # gradients are already held while activations are kept (accumulation over micro-batches, pipelines)
     working = acts + device_grads if _grads_held_during_forward(cfg, dims) else max(acts, device_grads)
     total = state + transient + copies + working
-    return RankPlan(rank=s.rank, pp_rank=s.pp_rank, stages=s.stages, blocks=s.blocks, params=s.param_bytes,
-                    grads=grads, optimizer=optim, transient=transient, weight_copies=copies,
-                    activation_per_microbatch=int(per_micro), microbatches_in_flight=in_flight,
-                    activations=int(acts), total=int(total), verdict=memory.verdict(total, gpu_gb))
+    return RankPlan(
+        rank=s.rank,
+        pp_rank=s.pp_rank,
+        stages=s.stages,
+        blocks=s.blocks,
+        params=s.param_bytes,
+        grads=grads,
+        optimizer=optim,
+        transient=transient,
+        weight_copies=copies,
+        activation_per_microbatch=int(per_micro),
+        microbatches_in_flight=in_flight,
+        activations=int(acts),
+        total=int(total),
+        verdict=memory.verdict(total, gpu_gb),
+    )
 
 
 def _grads_held_during_forward(cfg: Config, dims: ParallelDims) -> bool:
@@ -227,7 +287,9 @@ def transient_bytes(s: RankShards, cfg: Config, dims: ParallelDims, grads: int) 
         ratio = (2 if cfg.parallel.param_dtype == "bf16" else 4) / 4  # units were measured in fp32 storage
         largest, everything = s.largest_unit_bytes * ratio, s.all_units_bytes * ratio
         gathered = 2 * largest if cfg.parallel.fsdp_reshard_after_forward else everything
-        return int(gathered + largest + s.largest_unit_bytes)  # + unsharded grad (param_dtype) + fp32 reduce input
+        return int(
+            gathered + largest + s.largest_unit_bytes
+        )  # + unsharded grad (param_dtype) + fp32 reduce input
     return grads if dims.ddp else 0
 
 
@@ -235,9 +297,11 @@ def _block_note(spec: memory.ActivationSpec) -> str:
     if spec.elem_bytes == 4:
         return f"{memory.FULL_BLOCK} x B*T*D fp32 elements per block"
     residual, casts, sharded = memory.BF16_BLOCK["compiled" if spec.compiled else "eager"]
-    return (f"{residual + casts + sharded} bytes x B*T*D per block under bf16 autocast "
-            f"({'compiled' if spec.compiled else 'eager'}; fp32 residual stream; measured on an H100), "
-            "bf16 copies of the fp32 matmul weights in their own row")
+    return (
+        f"{residual + casts + sharded} bytes x B*T*D per block under bf16 autocast "
+        f"({'compiled' if spec.compiled else 'eager'}; fp32 residual stream; measured on an H100), "
+        "bf16 copies of the fp32 matmul weights in their own row"
+    )
 
 
 def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) -> list[str]:
@@ -258,9 +322,13 @@ def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) ->
         f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",
     ]
     if cfg.parallel.cpu_offload:
-        notes.append("cpu_offload: parameters, gradients and optimizer state live in host memory "
-                     "(not in the GPU total)")
+        notes.append(
+            "cpu_offload: parameters, gradients and optimizer state live in host memory "
+            "(not in the GPU total)"
+        )
     if dims.pp_enabled:
-        notes.append(f"pipeline: {cfg.parallel.pp_schedule}, {dims.microbatches(cfg.parallel)} microbatches; "
-                     "activations x microbatches in flight on each pipeline rank")
+        notes.append(
+            f"pipeline: {cfg.parallel.pp_schedule}, {dims.microbatches(cfg.parallel)} microbatches; "
+            "activations x microbatches in flight on each pipeline rank"
+        )
     return notes

@@ -8,15 +8,20 @@ from exatrain.tools.plan.memory import GIB
 from exatrain.tools.plan.planner import Plan
 
 ROWS = (  # (label, RankPlan attribute)
-    ("parameters", "params"), ("gradients", "grads"), ("optimizer (AdamW)", "optimizer"),
-    ("FSDP/DDP buffers", "transient"), ("bf16 weight copies", "weight_copies"), ("activations / microbatch", "activation_per_microbatch"),
-    ("activations (in flight)", "activations"), ("total per GPU", "total"),
+    ("parameters", "params"),
+    ("gradients", "grads"),
+    ("optimizer (AdamW)", "optimizer"),
+    ("FSDP/DDP buffers", "transient"),
+    ("bf16 weight copies", "weight_copies"),
+    ("activations / microbatch", "activation_per_microbatch"),
+    ("activations (in flight)", "activations"),
+    ("total per GPU", "total"),
 )
 
 
 def gib(n: float) -> str:
     """Bytes as GiB (MiB below 1 GiB), e.g. '3.21 GiB'."""
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2 ** 20:.1f} MiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
 def to_json(plan: Plan) -> str:
@@ -31,14 +36,17 @@ def print_plan(plan: Plan) -> None:
     console = Console()
     if not console.is_terminal:  # a file or pipe: one line per line, however long (rich would wrap at 80)
         console = Console(width=100_000, soft_wrap=True)
-    console.print(f"layout: {plan.layout}, world size {plan.world_size:,}; vocabulary {plan.vocab_size:,}, "
-                  f"{plan.batch_per_microbatch} x {plan.seq_len} tokens per microbatch "
-                  f"(checked in {plan.elapsed_s:.1f} s)")
+    console.print(
+        f"layout: {plan.layout}, world size {plan.world_size:,}; vocabulary {plan.vocab_size:,}, "
+        f"{plan.batch_per_microbatch} x {plan.seq_len} tokens per microbatch "
+        f"(checked in {plan.elapsed_s:.1f} s)"
+    )
     table = Table(title="memory per GPU (rank 0 of each pipeline rank's group)")
     table.add_column("")
     for r in plan.ranks:
-        table.add_column(f"rank {r.rank}\nstage {', '.join(map(str, r.stages))}, {sum(r.blocks)} blocks",
-                         justify="right")
+        table.add_column(
+            f"rank {r.rank}\nstage {', '.join(map(str, r.stages))}, {sum(r.blocks)} blocks", justify="right"
+        )
     for label, attr in ROWS:
         table.add_row(label, *(gib(getattr(r, attr)) for r in plan.ranks))
     table.add_row("microbatches in flight", *(str(r.microbatches_in_flight) for r in plan.ranks))
@@ -55,8 +63,10 @@ def print_plan(plan: Plan) -> None:
         t = plan.time
         parts = ", ".join(f"{k[:-2].replace('_', ' ')} {v * 1e3:.2f} ms" for k, v in t["breakdown"].items())
         mfu = f", MFU {t['mfu']:.1%}" if t["mfu"] is not None else ""
-        console.print(f"predicted step: {t['step_time_s'] * 1e3:.2f} ms ({parts}); "
-                      f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
-                      highlight=False)
+        console.print(
+            f"predicted step: {t['step_time_s'] * 1e3:.2f} ms ({parts}); "
+            f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
+            highlight=False,
+        )
     for note in plan.assumptions:
         console.print(f"  - {note}", highlight=False, markup=False)
