@@ -10,22 +10,18 @@ import argparse
 import math
 from pathlib import Path
 
+import exatrain
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-import exatrain
-
 
 def parse_args(argv=None):
     """The command line: data, sizes, training length."""
     parser = argparse.ArgumentParser(description="Transformer language model on WikiText-2")
-    parser.add_argument(
-        "--data-dir",
-        default="wikitext-2",
-        help="directory with train.txt, valid.txt, test.txt (or wiki.*.tokens)",
-    )
+    parser.add_argument("--data-dir", default="wikitext-2",
+                        help="directory with train.txt, valid.txt, test.txt (or wiki.*.tokens)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per training step")
     parser.add_argument("--test-batch-size", type=int, default=32, help="sequences per evaluation step")
@@ -36,15 +32,12 @@ def parse_args(argv=None):
     parser.add_argument("--n-layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument(
-        "--no-shuffle", dest="shuffle", action="store_false", help="train on the sequences in order"
-    )
+    parser.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="train on the sequences in order")
     parser.add_argument("--out-dir", default="out", help="where model-best.pt and model-final.pt go")
     return parser.parse_args(argv)
 
 
 # ---------------------------------------------------------------- data: word-level WikiText-2
-
 
 def split_file(data_dir, split):
     """wiki.train.tokens (the original name) or train.txt."""
@@ -84,7 +77,7 @@ class Sequences(Dataset):
         return (len(self.ids) - 1) // self.seq_len
 
     def __getitem__(self, i):
-        chunk = self.ids[i * self.seq_len : (i + 1) * self.seq_len + 1]
+        chunk = self.ids[i * self.seq_len: (i + 1) * self.seq_len + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -95,7 +88,6 @@ def load_split(data_dir, split, vocab, seq_len):
 
 # ---------------------------------------------------------------- model
 
-
 class TransformerLM(nn.Module):
     """Token and position embeddings, causal Transformer encoder layers, a linear head over the vocabulary."""
 
@@ -103,9 +95,7 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
-        layer = nn.TransformerEncoderLayer(
-            d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True
-        )
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
@@ -119,7 +109,6 @@ class TransformerLM(nn.Module):
 
 
 # ---------------------------------------------------------------- training
-
 
 def train_epoch(model, loader, optimizer, device):
     """One pass over the training data; the mean training loss."""
@@ -157,22 +146,13 @@ def main(argv=None):
     device = ctx.device
 
     vocab = Vocabulary(read_words(split_file(args.data_dir, "train")))
-    train_data, valid_data, test_data = (
-        load_split(args.data_dir, split, vocab, args.seq_len) for split in ("train", "valid", "test")
-    )
-    train_loader = exatrain.DataLoader(
-        train_data, ctx, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True
-    )
-    valid_loader = exatrain.DataLoader(
-        valid_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True
-    )
-    test_loader = exatrain.DataLoader(
-        test_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True
-    )
+    train_data, valid_data, test_data = (load_split(args.data_dir, split, vocab, args.seq_len)
+                                         for split in ("train", "valid", "test"))
+    train_loader = exatrain.DataLoader(train_data, ctx, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True)
+    valid_loader = exatrain.DataLoader(valid_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
+    test_loader = exatrain.DataLoader(test_data, ctx, batch_size=args.test_batch_size, shuffle=False, drop_last=True)
 
-    model = TransformerLM(
-        len(vocab.itos), args.d_model, args.n_heads, args.n_layers, args.seq_len, args.dropout
-    )
+    model = TransformerLM(len(vocab.itos), args.d_model, args.n_heads, args.n_layers, args.seq_len, args.dropout)
     model = exatrain.parallelize(model.to(device), ctx)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
@@ -186,15 +166,11 @@ def main(argv=None):
         valid_loss = evaluate(model, valid_loader, device)
         history["train"].append(train_loss)
         history["valid"].append(valid_loss)
-        exatrain.print0(
-            f"[{epoch + 1}/{args.epochs}] train loss {train_loss:.5f}, valid loss {valid_loss:.5f}, "
-            f"valid perplexity {math.exp(valid_loss):.2f}"
-        )
+        exatrain.print0(f"[{epoch + 1}/{args.epochs}] train loss {train_loss:.5f}, valid loss {valid_loss:.5f}, "
+              f"valid perplexity {math.exp(valid_loss):.2f}")
         if valid_loss < best:
             best = valid_loss
-            exatrain.save0(
-                {"model": exatrain.full_state_dict(model), "history": history}, out / "model-best.pt"
-            )
+            exatrain.save0({"model": exatrain.full_state_dict(model), "history": history}, out / "model-best.pt")
 
     history["test"] = evaluate(model, test_loader, device)
     exatrain.print0(f"test loss {history['test']:.5f}, test perplexity {math.exp(history['test']):.2f}")

@@ -19,11 +19,8 @@ from torch.utils.data import Dataset
 def parse_args(argv=None):
     """The command line: data, sizes, training length."""
     parser = argparse.ArgumentParser(description="Transformer language model on WikiText-2")
-    parser.add_argument(
-        "--data-dir",
-        default="wikitext-2",
-        help="directory with train.txt, valid.txt, test.txt (or wiki.*.tokens)",
-    )
+    parser.add_argument("--data-dir", default="wikitext-2",
+                        help="directory with train.txt, valid.txt, test.txt (or wiki.*.tokens)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per training step")
     parser.add_argument("--test-batch-size", type=int, default=32, help="sequences per evaluation step")
@@ -34,15 +31,12 @@ def parse_args(argv=None):
     parser.add_argument("--n-layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument(
-        "--no-shuffle", dest="shuffle", action="store_false", help="train on the sequences in order"
-    )
+    parser.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="train on the sequences in order")
     parser.add_argument("--out-dir", default="out", help="where model-best.pt and model-final.pt go")
     return parser.parse_args(argv)
 
 
 # ---------------------------------------------------------------- data: word-level WikiText-2
-
 
 def split_file(data_dir, split):
     """wiki.train.tokens (the original name) or train.txt."""
@@ -82,7 +76,7 @@ class Sequences(Dataset):
         return (len(self.ids) - 1) // self.seq_len
 
     def __getitem__(self, i):
-        chunk = self.ids[i * self.seq_len : (i + 1) * self.seq_len + 1]
+        chunk = self.ids[i * self.seq_len: (i + 1) * self.seq_len + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -93,7 +87,6 @@ def load_split(data_dir, split, vocab, seq_len):
 
 # ---------------------------------------------------------------- model
 
-
 class TransformerLM(nn.Module):
     """Token and position embeddings, causal Transformer encoder layers, a linear head over the vocabulary."""
 
@@ -101,9 +94,7 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
-        layer = nn.TransformerEncoderLayer(
-            d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True
-        )
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
@@ -117,7 +108,6 @@ class TransformerLM(nn.Module):
 
 
 # ---------------------------------------------------------------- training
-
 
 def train_epoch(model, loader, optimizer, device):
     """One pass over the training data; the mean training loss."""
@@ -155,18 +145,13 @@ def main(argv=None):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     vocab = Vocabulary(read_words(split_file(args.data_dir, "train")))
-    train_data, valid_data, test_data = (
-        load_split(args.data_dir, split, vocab, args.seq_len) for split in ("train", "valid", "test")
-    )
-    train_loader = torch.utils.data.DataLoader(
-        train_data, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True
-    )
+    train_data, valid_data, test_data = (load_split(args.data_dir, split, vocab, args.seq_len)
+                                         for split in ("train", "valid", "test"))
+    train_loader = torch.utils.data.DataLoader(train_data, batch_size=args.batch_size, shuffle=args.shuffle, drop_last=True)
     valid_loader = torch.utils.data.DataLoader(valid_data, batch_size=args.test_batch_size, drop_last=True)
     test_loader = torch.utils.data.DataLoader(test_data, batch_size=args.test_batch_size, drop_last=True)
 
-    model = TransformerLM(
-        len(vocab.itos), args.d_model, args.n_heads, args.n_layers, args.seq_len, args.dropout
-    )
+    model = TransformerLM(len(vocab.itos), args.d_model, args.n_heads, args.n_layers, args.seq_len, args.dropout)
     model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
@@ -179,10 +164,8 @@ def main(argv=None):
         valid_loss = evaluate(model, valid_loader, device)
         history["train"].append(train_loss)
         history["valid"].append(valid_loss)
-        print(
-            f"[{epoch + 1}/{args.epochs}] train loss {train_loss:.5f}, valid loss {valid_loss:.5f}, "
-            f"valid perplexity {math.exp(valid_loss):.2f}"
-        )
+        print(f"[{epoch + 1}/{args.epochs}] train loss {train_loss:.5f}, valid loss {valid_loss:.5f}, "
+              f"valid perplexity {math.exp(valid_loss):.2f}")
         if valid_loss < best:
             best = valid_loss
             torch.save({"model": model.state_dict(), "history": history}, out / "model-best.pt")

@@ -43,7 +43,7 @@ def _submit(tmp_path, job: str, binds=()):
     cfg = tmp_path / "job.toml"
     cfg.write_text(f'[run]\ndir = "{tmp_path}/runs/exp"\n[job]\nprofile = "{profile}"\ntime = 5\n{job}\n')
     return subprocess.run(
-        [sys.executable, "-m", "exatrain.cli.main", "submit", "--dry-run", str(cfg)],
+        [sys.executable, "-m", "exatrain.cli.main", "submit", "--dry-run", "-c", str(cfg)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -77,7 +77,7 @@ def _cli(cluster, job, *args):
 def test_two_node_gloo_job_in_the_older_lumi_image_with_its_venv(slurm_cluster):
     image, venv = session_images()["conda"], session_venv("conda")
     job = _job_dir(image, venv)
-    r = _cli(slurm_cluster, job, "submit", "job.toml")
+    r = _cli(slurm_cluster, job, "submit", "-c", "job.toml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"container: {image}: torch 2.13.0" in r.stderr and f"(venv {venv})" in r.stderr
     job_id = r.stdout.split("submitted job ")[1].split()[0]
@@ -102,7 +102,7 @@ def test_rank_without_exatrain_fails_fast_with_one_hint(slurm_cluster):
     rank stops before Python starts the user's script; only rank 0 prints the error and its HINT."""
     image = session_images()["aif"]
     job = _job_dir(image)
-    printed = _cli(slurm_cluster, job, "sbatch", "job.toml")
+    printed = _cli(slurm_cluster, job, "sbatch", "-c", "job.toml")
     assert printed.returncode == 0, printed.stderr
     (job / "runs").mkdir()
     (job / "by-hand.sh").write_text(printed.stdout)

@@ -77,7 +77,7 @@ def jobs(slurm_cluster, tmp_path_factory):
         config = folder / "job.toml"
         command = json.dumps(_command(name, folder / name))
         config.write_text(TORCHRUN_JOB.format(profile=profile, command=command))
-        r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={folder / 'run'}", cwd=folder)
+        r = _exatrain(slurm_cluster, "submit", "-c", str(config), f"--run.dir={folder / 'run'}", cwd=folder)
         assert r.returncode == 0, r.stdout + r.stderr
         job = r.stdout.split("submitted job ")[1].split()[0]
         out = next(line.split("stdout  ", 1)[1] for line in r.stdout.splitlines() if "stdout  " in line)

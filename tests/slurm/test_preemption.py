@@ -149,7 +149,7 @@ def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference
     config.write_text(TORCHRUN_JOB.format(profile=profile, steps=STEPS))
     run = tmp_path / "runs" / "tr"
     r = _exatrain(
-        slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
+        slurm_cluster, "submit", "-c", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
@@ -214,7 +214,7 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     config = tmp_path / "job.toml"
     config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=STEPS))
     r = _exatrain(
-        slurm_cluster, "submit", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
+        slurm_cluster, "submit", "-c", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]

@@ -32,7 +32,7 @@ def test_unmodified_script_sees_torchrun_variables(slurm_cluster, tmp_path, laun
     config = tmp_path / "job.toml"
     config.write_text(JOB.format(profile=profile, launch=launch, script=SCRIPT, out=out))
     run_dir = tmp_path / "runs" / launch
-    r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={run_dir}", cwd=tmp_path)
+    r = _exatrain(slurm_cluster, "submit", "-c", str(config), f"--run.dir={run_dir}", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     state = slurm_cluster.wait(job, timeout=420)

@@ -78,7 +78,7 @@ def _job_toml(tmp_path, launch="srun", visibility="gpus-per-task"):
 
 def _submit(cluster, tmp_path, *args, timeout=420):
     """Submit, wait, return (job id, final state, the submit command's stdout, the job's stdout)."""
-    r = _exatrain(cluster, "submit", *args, cwd=tmp_path)
+    r = _exatrain(cluster, "submit", "-c", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     state = cluster.wait(job, timeout=timeout)
@@ -133,7 +133,7 @@ def test_gpus_per_node_indexes_by_local_rank(slurm_cluster, tmp_path, launch):
     if launch == "torchrun":
         job, state, _, log = _submit(slurm_cluster, tmp_path, str(config), f"--run.dir={run_dir}")
     else:
-        printed = _exatrain(slurm_cluster, "sbatch", str(config), f"--run.dir={run_dir}", cwd=tmp_path)
+        printed = _exatrain(slurm_cluster, "sbatch", "-c", str(config), f"--run.dir={run_dir}", cwd=tmp_path)
         assert printed.returncode == 0, printed.stderr
         assert f"does not create the output directory {tmp_path / 'runs'}" in printed.stderr
         (tmp_path / "runs").mkdir()
@@ -186,13 +186,13 @@ def test_job_array_of_two_runs(slurm_cluster, tmp_path):
 def test_test_only_rejects_impossible_request(slurm_cluster, tmp_path):
     config = _job_toml(tmp_path)
     ok = _exatrain(
-        slurm_cluster, "submit", str(config), "--test-only", f"--run.dir={tmp_path}/r", cwd=tmp_path
+        slurm_cluster, "submit", "-c", str(config), "--test-only", f"--run.dir={tmp_path}/r", cwd=tmp_path
     )
     assert ok.returncode == 0 and "SLURM would accept it: Job" in ok.stdout, ok.stdout + ok.stderr
     r = _exatrain(
         slurm_cluster,
         "submit",
-        str(config),
+        "-c", str(config),
         "--test-only",
         "--job.nodes=99",
         f"--run.dir={tmp_path}/r",
@@ -239,7 +239,7 @@ def test_status_and_cancel(slurm_cluster, tmp_path):
     r = _exatrain(
         slurm_cluster,
         "submit",
-        str(config),
+        "-c", str(config),
         "--job.nodes=1",
         '--job.command=["sleep", "300"]',
         f"--run.dir={tmp_path}/runs/sleep",

@@ -59,7 +59,7 @@ def _submit(cluster, tmp_path, env, run):
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
     config = tmp_path / "job.toml"
     config.write_text(JOB.format(profile=profile, command=json.dumps(["python", str(WORKER), str(run)])))
-    r = _exatrain(cluster, "submit", str(config), f"--run.dir={run}", cwd=tmp_path, env=env)
+    r = _exatrain(cluster, "submit", "-c", str(config), f"--run.dir={run}", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout.split("submitted job ")[1].split()[0]
 

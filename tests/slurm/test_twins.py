@@ -89,7 +89,7 @@ def twin_jobs(slurm_cluster, tmp_path_factory):
                     extra=extra,
                 )
             )
-            r = _exatrain(slurm_cluster, "submit", str(config), f"--run.dir={where / 'run'}", cwd=where)
+            r = _exatrain(slurm_cluster, "submit", "-c", str(config), f"--run.dir={where / 'run'}", cwd=where)
             assert r.returncode == 0, r.stdout + r.stderr
             job = r.stdout.split("submitted job ")[1].split()[0]
             log = Path(

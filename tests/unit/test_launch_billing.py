@@ -96,7 +96,7 @@ def test_cli_cost_prints_the_advice(tmp_path, capsys):
 
     cfg = tmp_path / "job.toml"
     cfg.write_text('[job]\nprofile = "lumi-g"\ngpus_per_node = 2\ntime = "60"\n')
-    assert main(["cost", str(cfg)]) == 0
+    assert main(["cost", "-c", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("4 GPU-hours on standard-g")
     assert "ADVICE: standard-g charges whole nodes" in out and "'small-g'" in out

@@ -219,7 +219,7 @@ def test_cli_cost_and_sbatch(tmp_path, capsys):
     cfg.write_text(
         '[job]\nprofile = "lumi-g"\npartition = "small-g"\ngpus_per_node = 1\ncpus_per_task = 16\ntime = 60\n'
     )
-    assert main(["cost", str(cfg)]) == 0
+    assert main(["cost", "-c", str(cfg)]) == 0
     out = capsys.readouterr().out
     # small-g: max(1 GCD, 16 cores / 8 = 2, 60 GB / 64) = 2 charged GCDs x 1 h x 0.5 = 1 GPU-hour
     assert (
@@ -229,12 +229,12 @@ def test_cli_cost_and_sbatch(tmp_path, capsys):
     )
     assert (
         main(
-            ["cost", str(cfg), "--job.partition=standard-g", "--job.gpus_per_node=8", "--job.cpus_per_task=0"]
+            ["cost", "-c", str(cfg), "--job.partition=standard-g", "--job.gpus_per_node=8", "--job.cpus_per_task=0"]
         )
         == 0
     )
     assert capsys.readouterr().out.startswith("4 GPU-hours on standard-g")  # 1 node x 1 h x 4
-    assert main(["sbatch", str(cfg), "--job.nodes=3"]) == 0
+    assert main(["sbatch", "-c", str(cfg), "--job.nodes=3"]) == 0
     assert re.search(r"^#SBATCH --nodes=3$", capsys.readouterr().out, re.M)
 
 

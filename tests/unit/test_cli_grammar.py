@@ -1,0 +1,78 @@
+"""One CLI grammar (issue "House in order"): -c/--config everywhere, the older spellings still accepted with a
+note for one release, `sbatch` an alias of `submit --dry-run`, grouped top-level help."""
+
+import pytest
+
+from exatrain.cli.main import COMMAND_GROUPS, build_parser, main
+
+JOB = '[job]\nprofile = "cpu"\nnodes = 1\ntime = "10"\n'
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text(JOB)
+    return "job.toml"
+
+
+def test_config_option_and_the_deprecated_positional_give_the_same_script(job, capsys):
+    assert main(["sbatch", "-c", job]) == 0
+    new = capsys.readouterr()
+    assert "deprecated" not in new.err
+    assert main(["sbatch", job]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out
+    assert f"write: exatrain sbatch -c {job}" in old.err
+
+
+def test_two_config_files_are_refused_with_a_hint(job, capsys):
+    assert main(["cost", "-c", job, job]) == 2
+    err = capsys.readouterr().err
+    assert "two config files" in err and "HINT: give one: exatrain cost -c FILE" in err
+
+
+def test_sbatch_is_submit_dry_run(job, capsys):
+    assert main(["sbatch", "-c", job]) == 0
+    alias = capsys.readouterr()
+    assert main(["submit", "--dry-run", "-c", job]) == 0
+    dry = capsys.readouterr()
+    assert alias.out == dry.out and alias.out.startswith("#!/bin/bash")
+    assert "# dry run: would write" in alias.err and "# dry run: would write" in dry.err
+
+
+def test_old_profile_option_of_run_is_the_site_option(capsys):
+    from exatrain.cli.main import _renamed
+
+    assert _renamed(["run", "--profile", "lumi-g", "x.py"]) == ["run", "--site", "lumi-g", "x.py"]
+    assert _renamed(["doctor", "--profile=cpu"]) == ["doctor", "--site=cpu"]
+    assert "run --profile is now --site" in capsys.readouterr().err
+    assert _renamed(["train", "--profile.ranks=0"]) == [
+        "train",
+        "--profile.ranks=0",
+    ]  # a config key, not the option
+
+
+def test_old_profiler_section_name_is_read_with_a_note(tmp_path, capsys):
+    from exatrain.config import load_config
+
+    cfg = load_config(None, ["--profile.ranks=0,last", "--profile.steps=2-3"])
+    assert (cfg.profiler.ranks, cfg.profiler.steps) == ("0,last", "2-3")
+    assert "[profile]" in capsys.readouterr().err
+
+
+def test_help_groups_every_command():
+    parser = build_parser()
+    text = parser.format_help()
+    grouped = [c for names in COMMAND_GROUPS.values() for c in names]
+    assert len(grouped) == len(set(grouped))
+    for group, names in COMMAND_GROUPS.items():
+        assert f"{group}:" in text
+        assert all(f"  {n} " in text for n in names)
+
+
+def test_scale_takes_comma_lists_and_repeats():
+    parser = build_parser()
+    args, _ = parser.parse_known_args(["scale", "--nproc", "1,2", "--nproc", "4"])
+    from exatrain.tools.scale import parse_counts
+
+    assert parse_counts(",".join(args.nproc)) == [1, 2, 4]
