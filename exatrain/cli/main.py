@@ -370,6 +370,16 @@ def _renamed(argv: list[str]) -> list[str]:
     return out
 
 
+def _override_taken_for_a_file(args, extra: list[str]) -> list[str]:
+    """argparse reads an argument with a space as a positional even when it starts with ``--``
+    (``--run.dir=my runs/x``): such a word is an override, not the deprecated positional config file."""
+    word = getattr(args, "config_file", None)
+    if word is not None and word.startswith("--"):
+        args.config_file = None
+        return [word, *extra]
+    return extra
+
+
 def _resolve_config(args) -> None:
     """The config file of a command that takes it as -c/--config or (deprecated) as its first word."""
     positional = getattr(args, "config_file", None)
@@ -439,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(_renamed(argv))
     args.target = target
     try:
+        extra = _override_taken_for_a_file(args, extra)
         _resolve_config(args)
         if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale"):
             extra = _overrides(extra)

@@ -76,3 +76,9 @@ def test_scale_takes_comma_lists_and_repeats():
     from exatrain.tools.scale import parse_counts
 
     assert parse_counts(",".join(args.nproc)) == [1, 2, 4]
+
+
+def test_an_override_with_a_space_is_not_taken_for_the_config_file(job, tmp_path, capsys):
+    """argparse reads `--run.dir=my runs/x` as a positional (it has a space): it stays an override."""
+    assert main(["submit", "-c", job, "--dry-run", f"--run.dir={tmp_path / 'my runs' / 'x'}"]) == 0
+    assert "my runs/x.sbatch" in capsys.readouterr().err
