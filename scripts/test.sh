@@ -18,5 +18,5 @@ bash scripts/install.sh test,examples,deepspeed,horovod
 # everything in this process). The 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be
 # watched.
 # Lint and format first (seconds): ruff with the settings of pyproject.toml
-.venv/bin/ruff check --no-cache . && .venv/bin/ruff format --no-cache --check . >/dev/null
+.venv/bin/ruff check --no-cache . && .venv/bin/ruff format --no-cache --check .
 exec .venv/bin/python -m pytest -n 2 --durations=30 "$@"

@@ -192,7 +192,8 @@ def test_test_only_rejects_impossible_request(slurm_cluster, tmp_path):
     r = _exatrain(
         slurm_cluster,
         "submit",
-        "-c", str(config),
+        "-c",
+        str(config),
         "--test-only",
         "--job.nodes=99",
         f"--run.dir={tmp_path}/r",
@@ -239,7 +240,8 @@ def test_status_and_cancel(slurm_cluster, tmp_path):
     r = _exatrain(
         slurm_cluster,
         "submit",
-        "-c", str(config),
+        "-c",
+        str(config),
         "--job.nodes=1",
         '--job.command=["sleep", "300"]',
         f"--run.dir={tmp_path}/runs/sleep",

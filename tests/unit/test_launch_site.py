@@ -237,7 +237,16 @@ def test_dry_run_prints_shell_quoted_commands(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[job]\nprofile = "cpu"\n')
     done = subprocess.run(
-        [sys.executable, "-m", "exatrain.cli.main", "submit", "-c", str(cfg), "--dry-run", f"--run.dir={run_dir}"],
+        [
+            sys.executable,
+            "-m",
+            "exatrain.cli.main",
+            "submit",
+            "-c",
+            str(cfg),
+            "--dry-run",
+            f"--run.dir={run_dir}",
+        ],
         capture_output=True,
         text=True,
     )

@@ -229,7 +229,14 @@ def test_cli_cost_and_sbatch(tmp_path, capsys):
     )
     assert (
         main(
-            ["cost", "-c", str(cfg), "--job.partition=standard-g", "--job.gpus_per_node=8", "--job.cpus_per_task=0"]
+            [
+                "cost",
+                "-c",
+                str(cfg),
+                "--job.partition=standard-g",
+                "--job.gpus_per_node=8",
+                "--job.cpus_per_task=0",
+            ]
         )
         == 0
     )
