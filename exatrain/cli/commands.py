@@ -128,7 +128,9 @@ def _hang_variables(args) -> dict[str, str]:
 
     end = job_end_time()
     left = None if end is None else end - time.time()
-    timeout = check_hang_timeout(args.hang_timeout, "--hang-timeout", left, "the time left of this SLURM job")
+    timeout = args.hang_timeout
+    if timeout != "auto":
+        timeout = check_hang_timeout(timeout, "--hang-timeout", left, "the time left of this SLURM job")
     return hang_variables(timeout, str(Path(args.run_dir).resolve()))
 
 

@@ -185,12 +185,13 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
         ),
         r.add_argument(
             "--hang-timeout",
-            type=float,
+            type=_hang_timeout,
             default=None,
-            metavar="SECONDS",
+            metavar="SECONDS|auto",
             help="declare a rank hung after this long without progress (exatrain.DataLoader batches, "
             "Checkpointer calls, exatrain.step()): dump every rank's stacks and a diagnosis to "
-            "RUN_DIR/hang/ and stop with exit code 76 (docs/hangs.md)",
+            "RUN_DIR/hang/ and stop with exit code 76; auto: max(10 x the median step, 300 s, the "
+            "first step) (docs/hangs.md)",
         ),
         r.add_argument(
             "--run-dir",
@@ -212,6 +213,16 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
         RENAMED_OPTIONS["run"]
     )
     return r
+
+
+def _hang_timeout(value: str) -> float | str:
+    """--hang-timeout's value: seconds, or "auto" (derived from the first steps' times)."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither seconds nor auto") from None
 
 
 def split_run_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str] | None]:

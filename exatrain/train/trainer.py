@@ -207,9 +207,12 @@ class Trainer:
                 print(line, flush=True)
 
     def _watch_hangs(self):
-        """The hang watcher of run.hang_timeout_s (None when off): see docs/hangs.md."""
+        """The hang watcher of run.hang_timeout_s (None when 0, derived from the steps when -1): see
+        docs/hangs.md."""
         timeout = self.cfg.run.hang_timeout_s
-        return exatrain.watch_hangs(self.ctx, self.run_dir, timeout) if timeout > 0 else None
+        if timeout == 0:
+            return None
+        return exatrain.watch_hangs(self.ctx, self.run_dir, "auto" if timeout < 0 else timeout)
 
     @staticmethod
     def _stop_watching(watcher) -> None:
