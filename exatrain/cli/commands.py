@@ -451,6 +451,21 @@ def cmd_report(args, extra: list[str]) -> int:
     return _report(args.runs, Path(args.out))
 
 
+def cmd_dump(args, extra: list[str]) -> int:
+    """Signal the ranks of a running job to dump their stacks; print the diagnosis (docs/hangs.md)."""
+    from exatrain.launch.stack_dump import dump_run
+
+    text, complete = dump_run(args.run_dir)
+    if not text:
+        raise ExatrainError(
+            f"{args.run_dir}: no ranks recorded in its hang/ folder",
+            "start the job with `exatrain run --hang-timeout auto --run-dir DIR ...` (or seconds), then "
+            "`exatrain dump DIR` on a node it runs on",
+        )
+    print(text)
+    return 0 if complete else 1
+
+
 def _report(runs: list[str], out: Path) -> int:
     from exatrain.tools.report import check_plotting, write_report
 

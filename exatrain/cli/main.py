@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_GROUPS = {
     "train and run": ["train", "run"],
     "jobs on a SLURM cluster": ["submit", "sbatch", "cost", "status", "cancel", "monitor", "container"],
-    "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report"],
+    "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report", "dump"],
     "data and checkpoints": ["data", "checkpoint"],
 }
 
@@ -344,6 +344,13 @@ def _add_job_commands(sub) -> None:
     rp.add_argument(
         "--out", default="report.html", help="HTML file to write (the Markdown goes next to it, .md)"
     )
+    du = sub.add_parser(
+        "dump",
+        allow_abbrev=False,
+        help="every rank's Python stacks of a running `exatrain run --hang-timeout` job on this host, "
+        "and which rank the others wait for (docs/hangs.md)",
+    )
+    du.add_argument("run_dir", help="the job's --run-dir (its hang/ folder records the ranks' pids)")
     mo = sub.add_parser(
         "monitor",
         allow_abbrev=False,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from pathlib import Path
 from exatrain.config.validate import check_hang_timeout
 from exatrain.env.watch import run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.launch.stacks import pyspy_path
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, where
 
@@ -76,7 +76,8 @@ class HangWatcher:
     def start(self) -> "HangWatcher":
         """Clear this rank's files of an earlier run, write the first heartbeat, start the thread."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        for kind, suffix in (("beat", "json"), ("report", "json"), ("stacks", "txt"), ("fr", "json")):
+        # (not stacks-rank-N.txt: the script runner may hold it open for `exatrain dump`; a dump rewrites it)
+        for kind, suffix in (("beat", "json"), ("report", "json"), ("fr", "json")):
             self._path(kind, suffix=suffix).unlink(missing_ok=True)
         if self.rank == 0:
             (self.dir / "diagnosis.txt").unlink(missing_ok=True)
@@ -282,12 +283,6 @@ def _collective_state(dump_path: Path) -> dict | None:
         }
     except Exception:  # an older torch, or a backend without a recorder: the report says less, nothing fails
         return None
-
-
-def pyspy_path() -> str | None:
-    """The py-spy executable on PATH or beside this Python (a venv's bin), None without one."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return exe if Path(exe).exists() else None
 
 
 def flight_recorder_works() -> bool:
