@@ -402,6 +402,8 @@ def cmd_doctor(args, extra: list[str]) -> int:
             f"--timeout={args.timeout}",
             f"--site={args.site}",
             f"--cache-dir={args.cache_dir}",
+            f"--hang-timeout={args.hang_timeout}",
+            f"--collective-timeout={args.collective_timeout}",
             f"--nccl-log={args.nccl_log}",
             f"--nccl-log-dir={args.nccl_log_dir}",
             f"--verdict-dir={verdicts}",

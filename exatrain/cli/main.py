@@ -302,6 +302,21 @@ def _add_job_commands(sub) -> None:
     )
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
     do.add_argument(
+        "--hang-timeout",
+        type=_hang_timeout,
+        default="auto",
+        metavar="SECONDS|auto",
+        help="the job's hang timeout, to report and check against its time limit (0: none; default auto, "
+        "the trainer's default)",
+    )
+    do.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="the job's [dist] timeout_s (gloo/NCCL raise after it), to report and check (default 300)",
+    )
+    do.add_argument(
         "--nccl-log",
         default="",
         help="an NCCL_DEBUG=INFO log of another job to tell NET/Socket from IB/OFI (the doctor's own "
