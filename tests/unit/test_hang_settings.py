@@ -174,12 +174,16 @@ def test_an_auto_watcher_derives_its_timeout_from_the_warm_up_and_then_declares(
     """A real watcher thread in auto mode (floor lowered to 2 s for the test): until two step marks it has no
     timeout; a first step of 2.5 s (the warm-up) then sets it to 2.5 s (more than the floor and 10 x the
     0.05 s steps), printed once the first 10 steps are timed; a stall after that is declared as a hang of
-    over 2.5 s."""
+    over 2.5 s. In a job with 1 s left, the derived timeout is warned about."""
     from exatrain.observe.hang import HangWatcher
 
     monkeypatch.setattr(heartbeat, "PROGRESS", heartbeat.Progress())
     heartbeat.step()
-    watcher = HangWatcher(tmp_path, 0, 1, "auto", host="here", exit_process=False, auto_floor_s=2.0)
+    # a SLURM job with 1 s left (end_time): the derived 2.5 s is warned about once known
+    end = time.time() + 1.0
+    watcher = HangWatcher(
+        tmp_path, 0, 1, "auto", host="here", exit_process=False, auto_floor_s=2.0, end_time=end
+    )
     watcher.start()
     try:
         time.sleep(2.5)  # the first step: longer than the floor, and not a hang
@@ -195,6 +199,7 @@ def test_an_auto_watcher_derives_its_timeout_from_the_warm_up_and_then_declares(
     assert 2.5 <= watcher.timeout_s < 2.7
     err = capsys.readouterr().err
     assert f"hang timeout {watcher.timeout_s:.0f} s (derived: the longest of 10 x the median step" in err
+    assert "WARNING: hang timeout 2.5" in err and "left of this SLURM job" in err and "\nHINT: " in err
     assert watcher.diagnosis.startswith(f"exatrain: HANG (no progress for over {watcher.timeout_s:g} s)")
 
 
