@@ -89,7 +89,11 @@ class HangWatcher:
         return self
 
     def stop(self) -> None:
-        """End the thread (a finished or closing run) and write a last heartbeat: where the rank ended."""
+        """End the thread (a finished or closing run) and write a last heartbeat: where the rank ended. A
+        later `start_watcher` in this process starts a new one."""
+        global _active
+        if _active is self:
+            _active = None
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * self.interval)

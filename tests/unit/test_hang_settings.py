@@ -211,3 +211,18 @@ def test_the_trainer_refuses_a_timeout_beyond_the_jobs_time_left(capsys, tmp_pat
     assert "\nHINT: choose a hang timeout well below" in err
     assert main(["train", "--nproc", "2", "--run.hang_timeout_s=-5", f"--run.dir={tmp_path}"]) == 2
     assert "run.hang_timeout_s = -5: negative, but not -1" in capsys.readouterr().err
+
+
+def test_a_stopped_watcher_is_replaced_by_the_next_one_of_the_process(tmp_path):
+    """A run that ends (or fails) stops its watcher: a later run in the same process (an in-process
+    `exatrain train`, a notebook) gets a new watcher for its own run directory, not the stopped one."""
+    from exatrain.observe.hang import start_watcher, stop_watcher
+
+    first = start_watcher(tmp_path / "a", 0, 1, 30.0, host="here")
+    first.stop()
+    second = start_watcher(tmp_path / "b", 0, 1, 30.0, host="here")
+    try:
+        assert second is not first and second.run_dir == tmp_path / "b"
+        assert second._thread.is_alive() and not first._thread.is_alive()
+    finally:
+        stop_watcher()
