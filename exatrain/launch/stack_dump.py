@@ -84,8 +84,8 @@ def on_collective_timeout(e: BaseException, req: HangRequest) -> int:
         text = dump_attempt(d, f"a collective timed out in rank {req.rank}", skip={req.rank})
         print(text, file=sys.stderr, flush=True)
     else:  # the leader diagnoses; leaving now would let torchrun's agent stop it half-way
-        deadline = time.monotonic() + 20
-        while not (d / "diagnosis.txt").exists() and time.monotonic() < deadline:
+        since, deadline = (d / f"timeout-rank-{req.rank}.txt").stat().st_mtime, time.monotonic() + 20
+        while not _written_since(d / "diagnosis.txt", since) and time.monotonic() < deadline:
             time.sleep(0.2)
     return EXIT_HANG
 
@@ -104,7 +104,9 @@ def dump_run(run_dir) -> tuple[str, bool]:
 def dump_attempt(d: Path, why: str, skip: set[int] = frozenset()) -> str:
     """Signal every recorded rank of attempt folder `d` on this host but `skip`, read all stacks, write and
     return the diagnosis."""
-    records = {r["rank"]: r for r in map(_read_json, sorted(d.glob("pid-rank-*.json"))) if r}
+    found = [r for r in map(_read_json, sorted(d.glob("pid-rank-*.json"), key=_mtime)) if r]
+    # the newest launch's ranks only (an earlier launch in the same run directory left its own)
+    records = {r["rank"]: r for r in found if r.get("token") == found[-1].get("token")} if found else {}
     for rank, rec in records.items():  # a rank that died of the timeout wrote its traceback: not asked
         if rank not in skip and not _timed_out(d, rank):
             _ask(d, rec)
@@ -183,6 +185,17 @@ def _stopped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _written_since(path: Path, since: float) -> bool:
+    return path.exists() and _mtime(path) >= since
 
 
 def _timed_out(d: Path, rank: int) -> bool:
