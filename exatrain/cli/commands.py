@@ -128,7 +128,9 @@ def _hang_variables(args) -> dict[str, str]:
 
     end = job_end_time()
     left = None if end is None else end - time.time()
-    timeout = check_hang_timeout(args.hang_timeout, "--hang-timeout", left, "the time left of this SLURM job")
+    timeout = args.hang_timeout
+    if timeout != "auto":
+        timeout = check_hang_timeout(timeout, "--hang-timeout", left, "the time left of this SLURM job")
     return hang_variables(timeout, str(Path(args.run_dir).resolve()))
 
 
@@ -400,6 +402,8 @@ def cmd_doctor(args, extra: list[str]) -> int:
             f"--timeout={args.timeout}",
             f"--site={args.site}",
             f"--cache-dir={args.cache_dir}",
+            f"--hang-timeout={args.hang_timeout}",
+            f"--collective-timeout={args.collective_timeout}",
             f"--nccl-log={args.nccl_log}",
             f"--nccl-log-dir={args.nccl_log_dir}",
             f"--verdict-dir={verdicts}",
@@ -447,6 +451,21 @@ def cmd_scale(args, overrides: list[str]) -> int:
 def cmd_report(args, extra: list[str]) -> int:
     """Write the HTML report and its Markdown tables."""
     return _report(args.runs, Path(args.out))
+
+
+def cmd_dump(args, extra: list[str]) -> int:
+    """Signal the ranks of a running job to dump their stacks; print the diagnosis (docs/hangs.md)."""
+    from exatrain.launch.stack_dump import dump_run
+
+    text, complete = dump_run(args.run_dir)
+    if not text:
+        raise ExatrainError(
+            f"{args.run_dir}: no ranks recorded in its hang/ folder",
+            "start the job with `exatrain run --hang-timeout auto --run-dir DIR ...` (or seconds), then "
+            "`exatrain dump DIR` on a node it runs on",
+        )
+    print(text)
+    return 0 if complete else 1
 
 
 def _report(runs: list[str], out: Path) -> int:

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_GROUPS = {
     "train and run": ["train", "run"],
     "jobs on a SLURM cluster": ["submit", "sbatch", "cost", "status", "cancel", "monitor", "container"],
-    "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report"],
+    "inspect and plan": ["env", "config", "plan", "doctor", "scale", "report", "dump"],
     "data and checkpoints": ["data", "checkpoint"],
 }
 
@@ -185,12 +185,13 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
         ),
         r.add_argument(
             "--hang-timeout",
-            type=float,
+            type=_hang_timeout,
             default=None,
-            metavar="SECONDS",
+            metavar="SECONDS|auto",
             help="declare a rank hung after this long without progress (exatrain.DataLoader batches, "
             "Checkpointer calls, exatrain.step()): dump every rank's stacks and a diagnosis to "
-            "RUN_DIR/hang/ and stop with exit code 76 (docs/hangs.md)",
+            "RUN_DIR/hang/ and stop with exit code 76; auto: max(10 x the median step, 300 s, the "
+            "first step) (docs/hangs.md)",
         ),
         r.add_argument(
             "--run-dir",
@@ -212,6 +213,16 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
         RENAMED_OPTIONS["run"]
     )
     return r
+
+
+def _hang_timeout(value: str) -> float | str:
+    """--hang-timeout's value: seconds, or "auto" (derived from the first steps' times)."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither seconds nor auto") from None
 
 
 def split_run_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -291,6 +302,21 @@ def _add_job_commands(sub) -> None:
     )
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
     do.add_argument(
+        "--hang-timeout",
+        type=_hang_timeout,
+        default="auto",
+        metavar="SECONDS|auto",
+        help="the job's hang timeout, to report and check against its time limit (0: none; default auto, "
+        "the trainer's default)",
+    )
+    do.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="the job's [dist] timeout_s (gloo/NCCL raise after it), to report and check (default 300)",
+    )
+    do.add_argument(
         "--nccl-log",
         default="",
         help="an NCCL_DEBUG=INFO log of another job to tell NET/Socket from IB/OFI (the doctor's own "
@@ -333,6 +359,13 @@ def _add_job_commands(sub) -> None:
     rp.add_argument(
         "--out", default="report.html", help="HTML file to write (the Markdown goes next to it, .md)"
     )
+    du = sub.add_parser(
+        "dump",
+        allow_abbrev=False,
+        help="every rank's Python stacks of a running `exatrain run --hang-timeout` job on this host, "
+        "and which rank the others wait for (docs/hangs.md)",
+    )
+    du.add_argument("run_dir", help="the job's --run-dir (its hang/ folder records the ranks' pids)")
     mo = sub.add_parser(
         "monitor",
         allow_abbrev=False,

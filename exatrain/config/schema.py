@@ -22,11 +22,13 @@ class RunConfig:
         "runs/default", "Run directory: metrics.jsonl, summary.json, model files, per-rank reports."
     )
     hang_timeout_s: float = doc(
-        0.0,
+        -1.0,
         "Declare a rank hung after this many seconds without progress: every rank's "
         "stacks and a diagnosis go to RUN_DIR/hang/ and the job stops with exit code "
-        "76 (restarted from the last checkpoint with --max-restarts); 0 = off. At "
-        "least 2, above the longest step, evaluation and checkpoint (docs/hangs.md).",
+        "76 (restarted from the last checkpoint with --max-restarts); 0 = off; -1 = "
+        "derived from the first steps: max(10 x the median step, 300 s, the first "
+        "step). Else at least 2, above the longest step, evaluation and checkpoint "
+        "(docs/hangs.md).",
     )
 
 

@@ -24,7 +24,7 @@ JOB_END_VAR = "SLURM_JOB_END_TIME"
 class HangRequest:
     """A watcher asked for from outside the script: timeout, where to write, and this rank's place."""
 
-    timeout_s: float
+    timeout_s: float | str  # seconds, or "auto" (derived from the first steps' times)
     run_dir: str
     rank: int
     world_size: int
@@ -39,7 +39,7 @@ def hang_request(environ: Mapping[str, str] | None = None) -> HangRequest | None
     if not raw:
         return None
     return HangRequest(
-        timeout_s=float(raw),
+        timeout_s=raw if raw == "auto" else float(raw),
         run_dir=environ.get(RUN_DIR_VAR, "") or "runs/default",
         rank=int(environ.get("RANK", "0") or 0),
         world_size=int(environ.get("WORLD_SIZE", "1") or 1),
@@ -48,9 +48,10 @@ def hang_request(environ: Mapping[str, str] | None = None) -> HangRequest | None
     )
 
 
-def hang_variables(timeout_s: float, run_dir: str) -> dict[str, str]:
+def hang_variables(timeout_s: float | str, run_dir: str) -> dict[str, str]:
     """The variables that carry a hang-watch request to the workers (see hang_request)."""
-    return {HANG_TIMEOUT_VAR: f"{timeout_s:g}", RUN_DIR_VAR: run_dir}
+    value = timeout_s if isinstance(timeout_s, str) else f"{timeout_s:g}"
+    return {HANG_TIMEOUT_VAR: value, RUN_DIR_VAR: run_dir}
 
 
 def job_end_time(environ: Mapping[str, str] | None = None) -> float | None:

@@ -132,7 +132,7 @@ def describe_failure(rank: int, failure, others: int) -> str:
     """One line (plus a HINT) naming the first worker that failed, its exit code or signal."""
     if failure.exitcode == EXIT_HANG:
         return (
-            f"the hang watcher stopped the workers (rank {rank} first, exit code {EXIT_HANG}): the diagnosis "
+            f"a hang stopped the workers (rank {rank} first, exit code {EXIT_HANG}): the diagnosis "
             "above names the rank that stalled and where (also in RUN_DIR/hang/diagnosis.txt)\n"
             "HINT: every rank's stacks are in RUN_DIR/hang/attempt-K/; `--max-restarts K` restarts the "
             "workers from the last checkpoint instead"

@@ -38,7 +38,7 @@ import runpy
 import signal
 import sys
 
-from exatrain.launch import lines
+from exatrain.launch import lines, stack_dump
 from exatrain.slurm.rank_command import LABEL_OPTION, MASK_OPTIONS
 
 _USAGE = (
@@ -208,6 +208,7 @@ def main() -> None:
     if masks:
         bind(masks, per_gpu)
     refuse_spawning_in_shared_store(target)
+    hang = stack_dump.install()  # under `exatrain run --hang-timeout`: stacks on SIGUSR1 (docs/hangs.md)
     try:
         run(target)
         code = 0
@@ -217,8 +218,11 @@ def main() -> None:
         _print_uncaught(e)
         code, interrupted, failure = 128 + signal.SIGINT, True, "KeyboardInterrupt"
     except Exception as e:  # the script's own error, reported as python reports it
-        _print_uncaught(e)
-        code, failure = 1, f"{type(e).__name__}: {e}"
+        if hang is not None and stack_dump.is_collective_timeout(e):  # one diagnosis, not N tracebacks
+            code, failure = stack_dump.on_collective_timeout(e, hang), f"collective timeout: {e}"
+        else:
+            _print_uncaught(e)
+            code, failure = 1, f"{type(e).__name__}: {e}"
     _leave(code, interrupted, lambda: code and _record(failure or f"exit code {code}", tail))
 
 

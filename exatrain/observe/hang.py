@@ -17,7 +17,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,10 +27,13 @@ from pathlib import Path
 from exatrain.config.validate import check_hang_timeout
 from exatrain.env.watch import run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.launch.stacks import pyspy_path
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, where
 
 _active: HangWatcher | None = None
+#: the timeout value that asks for a derived one (heartbeat.derived_timeout_s)
+AUTO = "auto"
 #: the file a rank creates once it declared a hang: the other ranks' watchers dump too at their next beat
 DECLARED = "declared"
 
@@ -44,18 +46,22 @@ class HangWatcher:
         run_dir,
         rank: int,
         world_size: int,
-        timeout_s: float,
+        timeout_s: float | str,
         *,
         host: str,
         attempt: int = 0,
         end_time: float | None = None,
         exit_process: bool = True,
+        auto_floor_s: float = heartbeat.AUTO_FLOOR_S,
     ):
-        self.timeout_s = check_hang_timeout(timeout_s, "hang timeout")
+        # "auto": derived from the first steps' times (heartbeat.derived_timeout_s), None until two marks
+        self.auto = self.derived = timeout_s == AUTO
+        self.auto_floor_s = check_hang_timeout(auto_floor_s, "hang timeout floor")
+        self.timeout_s = None if self.auto else check_hang_timeout(timeout_s, "hang timeout")
         self.rank, self.world_size, self.host, self.pid = rank, world_size, host, os.getpid()
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "hang" / f"attempt-{attempt}"
-        self.interval = min(5.0, max(0.5, self.timeout_s / 8))
+        self.interval = min(5.0, max(0.5, (self.timeout_s or self.auto_floor_s) / 8))
         self.stale_s = max(3 * self.interval, 3.0)  # a heartbeat file this old: its process is not running
         self.end_time, self.exit_process = end_time, exit_process
         self.token = run_token()  # files of another launch in the same directory are ignored
@@ -70,18 +76,24 @@ class HangWatcher:
     def start(self) -> "HangWatcher":
         """Clear this rank's files of an earlier run, write the first heartbeat, start the thread."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        for kind, suffix in (("beat", "json"), ("report", "json"), ("stacks", "txt"), ("fr", "json")):
+        # (not stacks-rank-N.txt: the script runner may hold it open for `exatrain dump`; a dump rewrites it)
+        for kind, suffix in (("beat", "json"), ("report", "json"), ("fr", "json")):
             self._path(kind, suffix=suffix).unlink(missing_ok=True)
         if self.rank == 0:
             (self.dir / "diagnosis.txt").unlink(missing_ok=True)
             (self.dir / DECLARED).unlink(missing_ok=True)
-            self._check_time_limit()
+            if self.timeout_s is not None:
+                self._check_time_limit()
         self._beat()
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """End the thread (a finished or closing run) and write a last heartbeat: where the rank ended."""
+        """End the thread (a finished or closing run) and write a last heartbeat: where the rank ended. A
+        later `start_watcher` in this process starts a new one."""
+        global _active
+        if _active is self:
+            _active = None
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * self.interval)
@@ -95,8 +107,24 @@ class HangWatcher:
                 "HINT: choose a hang timeout well below the job's time limit (e.g. 300 s)"
             )
 
+    def _derive(self) -> None:
+        """Auto mode: the timeout from the steps measured so far (heartbeat.derived_timeout_s), until the
+        record of the first steps is complete; then rank 0 says what it is, once."""
+        self.timeout_s = heartbeat.derived_timeout_s(self.auto_floor_s)
+        if heartbeat.steps_timed():
+            self.auto = False
+            if self.rank == 0:
+                _say(
+                    f"hang timeout {self.timeout_s:.0f} s (derived: the longest of {heartbeat.AUTO_STEPS} x the "
+                    f"median step, {self.auto_floor_s:g} s and the first step; set one with --hang-timeout or "
+                    "run.hang_timeout_s)"
+                )
+                self._check_time_limit()
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            if self.auto:
+                self._derive()
             try:
                 self._beat()
             except OSError as e:  # a full or vanished run directory: say so once, keep watching
@@ -130,7 +158,7 @@ class HangWatcher:
 
     def _check_step_time(self) -> None:
         step_s = heartbeat.measured_step_s()
-        if self._warned or step_s is None or self.rank != 0:
+        if self._warned or step_s is None or self.rank != 0 or self.derived:
             return
         self._warned = True
         if self.timeout_s < 3 * step_s:
@@ -142,7 +170,7 @@ class HangWatcher:
 
     def _stalled(self) -> bool:
         p = heartbeat.PROGRESS
-        return p.marks > 0 and time.monotonic() - p.since > self.timeout_s
+        return self.timeout_s is not None and p.marks > 0 and time.monotonic() - p.since > self.timeout_s
 
     def _peer_reported(self) -> bool:
         # one small read per beat, not a directory listing: cheap on a parallel file system with many ranks
@@ -154,6 +182,8 @@ class HangWatcher:
     def _handle(self) -> None:
         """Dump, report, let the leader diagnose, then end the process (see the module docstring); a dump
         that fails (an unwritable run directory) still ends it: a hang must not outlive its detection."""
+        if self.timeout_s is None:  # auto mode, a peer declared a hang before this rank measured its steps
+            self.timeout_s = heartbeat.derived_timeout_s(self.auto_floor_s) or self.auto_floor_s
         try:
             self._report()
             reports, stopped = self._gather()
@@ -259,12 +289,6 @@ def _collective_state(dump_path: Path) -> dict | None:
         return None
 
 
-def pyspy_path() -> str | None:
-    """The py-spy executable on PATH or beside this Python (a venv's bin), None without one."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return exe if Path(exe).exists() else None
-
-
 def flight_recorder_works() -> bool:
     """Whether torch's flight recorder answers for this rank's process groups (after init_process_group)."""
     try:
@@ -316,7 +340,7 @@ def start_watcher(
     run_dir,
     rank: int,
     world_size: int,
-    timeout_s: float,
+    timeout_s: float | str,
     *,
     host: str,
     attempt: int = 0,
@@ -339,10 +363,11 @@ def stop_watcher() -> None:
         _active = None
 
 
-def watch_hangs(ctx, run_dir, timeout_s: float) -> HangWatcher:
+def watch_hangs(ctx, run_dir, timeout_s: float | str = AUTO) -> HangWatcher:
     """Watch this rank for hangs (`exatrain.watch_hangs`): after `timeout_s` without progress (DataLoader
     batches, Checkpointer calls, `exatrain.step()`), every rank's stacks and a diagnosis go to
-    RUN_DIR/hang/ and the job stops with EXIT_HANG. `ctx`: the Context of exatrain.init()."""
+    RUN_DIR/hang/ and the job stops with EXIT_HANG. `ctx`: the Context of exatrain.init(). `timeout_s`
+    "auto" (the default): derived from the first steps (heartbeat.derived_timeout_s)."""
     from exatrain.env.watch import job_end_time
 
     env = ctx.env

@@ -8,53 +8,9 @@ is there.
 
 from __future__ import annotations
 
-import linecache
-import re
-import sysconfig
-from pathlib import Path
+from exatrain.launch.stacks import pyspy_frames, stall_frame, where
 
-_LIBRARY_DIRS = tuple(
-    {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib")}
-)
-_EXATRAIN_DIR = str(Path(__file__).resolve().parents[1])
-_PYSPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
-
-
-def _is_library(filename: str) -> bool:
-    path = str(Path(filename).resolve()) if filename.startswith("/") else filename
-    return path.startswith(_LIBRARY_DIRS) or filename.startswith("<")
-
-
-def stall_frame(frames: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-    """The frame to name, from (file, line, function) innermost first: the user's code, else exatrain's,
-    else the innermost."""
-    own = [f for f in frames if not _is_library(f[0])]
-    users = [f for f in own if not str(Path(f[0]).resolve()).startswith(_EXATRAIN_DIR)]
-    return (users or own or frames or [None])[0]
-
-
-def pyspy_frames(text: str) -> list[tuple[str, int, str]]:
-    """(file, line, function) of the first thread in `py-spy dump` output, innermost first."""
-    frames, seen_thread = [], False
-    for line in text.splitlines():
-        if line.startswith("Thread "):
-            if seen_thread:
-                break
-            seen_thread = True
-            continue
-        m = _PYSPY_FRAME.match(line)
-        if m and seen_thread:
-            frames.append((m["file"], int(m["line"]), m["func"]))
-    return frames
-
-
-def where(frame) -> str:
-    """`file:line (function): source line` of a stall frame, or 'an unknown place'."""
-    if not frame:
-        return "an unknown place"
-    file, line, func = frame
-    source = linecache.getline(file, line).strip()
-    return f"{file}:{line} ({func})" + (f": {source}" if source else "")
+__all__ = ["diagnose", "pyspy_frames", "stall_frame", "where"]
 
 
 def _ranks(ranks) -> str:

@@ -30,7 +30,7 @@ class Progress:
 PROGRESS = Progress()
 #: a hook run on the first mark: starts the watcher when `exatrain run --hang-timeout` asked for one
 _first_mark_hooks: list = []
-_KEEP_STEP_TIMES = 6
+_KEEP_STEP_TIMES = 11  # the first step (warm-up) and 9 more: enough for a median
 
 
 def mark(phase: str) -> None:
@@ -44,8 +44,11 @@ def mark(phase: str) -> None:
 
 def batch() -> None:
     """A batch arrived from `exatrain.DataLoader`: progress (the user's step runs until the next mark)."""
-    PROGRESS.batches += 1
+    p = PROGRESS
+    p.batches += 1
     mark("compute")
+    if p.step == 0:  # a loop without exatrain.step(): its batches are its steps
+        _time_step(p)
 
 
 def step(n: int | None = None) -> int:
@@ -54,9 +57,38 @@ def step(n: int | None = None) -> int:
     p = PROGRESS
     p.step = p.step + 1 if n is None else int(n)
     mark("step")
+    _time_step(p)
+    return p.step
+
+
+def _time_step(p: Progress) -> None:
     if len(p.step_times) < _KEEP_STEP_TIMES:
         p.step_times.append(p.since)
-    return p.step
+
+
+#: the floor of the derived ("auto") hang timeout: shorter stalls (a slow checkpoint, a file system hiccup) are
+#: too common at scale to stop a job for (issue 25: max(10 x the median step, 5 min))
+AUTO_FLOOR_S = 300.0
+AUTO_STEPS = 10  # the derived timeout is that many median steps
+
+
+def derived_timeout_s(floor_s: float = AUTO_FLOOR_S) -> float | None:
+    """The hang timeout when the user set none: max(AUTO_STEPS x the median step after the first, `floor_s`,
+    the first step), from the first few step marks (the median term once a step after the first is done);
+    None before two marks (the first step's length, its warm-up, is not known yet: nothing is declared hung
+    during it)."""
+    times = PROGRESS.step_times
+    if len(times) < 2:
+        return None
+    warmup = times[1] - times[0]
+    gaps = sorted(b - a for a, b in zip(times[1:], times[2:]))
+    median = gaps[(len(gaps) - 1) // 2] if gaps else 0.0
+    return max(AUTO_STEPS * median, floor_s, warmup)
+
+
+def steps_timed() -> bool:
+    """Whether the record of the first steps is complete (the derived timeout no longer changes)."""
+    return len(PROGRESS.step_times) >= _KEEP_STEP_TIMES
 
 
 def measured_step_s() -> float | None:

@@ -86,7 +86,7 @@ def breakdown(r: dict) -> str:
     return (
         f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
         f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
-        f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r)
+        f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r) + flagged(r)
     )
 
 
@@ -99,6 +99,18 @@ def _straggler(r: dict) -> str:
     if r.get("straggler_rank") is None or r.get("straggler_ratio", 1.0) < STRAGGLER_RATIO:
         return ""
     return f" | straggler rank {r['straggler_rank']} ({r['straggler_phase']}, x{r['straggler_ratio']:.2f})"
+
+
+def flagged(r: dict) -> str:
+    """' | STRAGGLER flagged: rank 1 on nid005012 (GPU 3), data x1.52 for 3 intervals' on the record that
+    flags one (StepMetrics), else ''."""
+    f = r.get("straggler_flagged")
+    if not f:
+        return ""
+    return (
+        f" | STRAGGLER flagged: rank {f['rank']} on {f['host']} ({f['device']}), {f['phase']} "
+        f"x{f['ratio']:.2f} for {f['intervals']} intervals"
+    )
 
 
 def _fmt(value) -> str:

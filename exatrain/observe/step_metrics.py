@@ -25,6 +25,7 @@ Usage in your own loop::
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 
 import torch
@@ -32,6 +33,10 @@ import torch.distributed as dist
 
 from exatrain.observe import heartbeat
 from exatrain.observe.flops import device_peak_flops
+from exatrain.observe.progress import STRAGGLER_RATIO
+
+#: a rank above `straggler_ratio` for this many log intervals in a row is flagged (once)
+STRAGGLER_INTERVALS = 3
 
 #: the phases of a step, in the order records list them; host phases are waits measured with the host clock
 PHASES = ("data", "forward_backward", "optimizer", "checkpoint")
@@ -49,6 +54,9 @@ class StepMetrics:
     `flops_per_token`: training FLOPs per token (forward + backward) for MFU; `peak_flops`: the device's
     peak (default: looked up from the GPU's name; none on CPU, so no MFU there). `group`: the ranks to
     reduce over (default: all). `start_step`: optimizer steps done before (a resumed run).
+    `straggler_ratio`, `straggler_intervals`: a rank that slows every step by that factor or more (the
+    record's straggler_ratio) for that many log intervals in a row is flagged once, with its host and GPU,
+    in the record's `straggler_flagged` (None on other records).
     """
 
     def __init__(
@@ -60,6 +68,8 @@ class StepMetrics:
         last_step: int | None = None,
         group=None,
         start_step: int = 0,
+        straggler_ratio: float = STRAGGLER_RATIO,
+        straggler_intervals: int = STRAGGLER_INTERVALS,
     ):
         if log_every < 1:
             raise ValueError(f"log_every={log_every}: must be >= 1")
@@ -69,6 +79,10 @@ class StepMetrics:
         self.peak_flops = peak_flops if peak_flops is not None else device_peak_flops(self.device)
         self._events = self.device.type == "cuda"
         self.step = start_step  # steps already done (a resumed run continues the count)
+        self.straggler_ratio, self.straggler_intervals = straggler_ratio, max(1, straggler_intervals)
+        self._streak: tuple[int | None, int] = (None, 0)  # (rank above the ratio, log intervals in a row)
+        self._flagged: set[int] = set()
+        self._places: list | None = None  # every rank's (host, device), gathered at the first flag
         self._reset_window(time.perf_counter())
 
     def _reset_window(self, now: float) -> None:
@@ -187,7 +201,39 @@ class StepMetrics:
             "slowest_rank": _global_rank(slowest, self.group),
             **self._straggler(rows, window_s / steps),
         }
+        record["straggler_flagged"] = self._flag(record)
         return record
+
+    def _flag(self, record: dict) -> dict | None:
+        """The straggler to flag on this record (see the class docstring), None if none. The same record on
+        every rank, so every rank takes the one extra collective (host names) at the first flag together."""
+        rank, slow = record["straggler_rank"], record["straggler_ratio"] >= self.straggler_ratio
+        last, count = self._streak
+        self._streak = (rank, count + 1 if rank == last else 1) if slow and rank is not None else (None, 0)
+        rank, count = self._streak
+        if rank is None or count < self.straggler_intervals or rank in self._flagged:
+            return None
+        self._flagged.add(rank)
+        host, device = self._place(rank)
+        return {
+            "rank": rank,
+            "host": host,
+            "device": device,
+            "phase": record["straggler_phase"],
+            "ratio": record["straggler_ratio"],
+            "intervals": count,
+        }
+
+    def _place(self, rank: int) -> tuple[str, str]:
+        if self._places is None:
+            mine = (socket.gethostname(), _device_name(self.device))
+            if dist.is_available() and dist.is_initialized():
+                places = [None] * dist.get_world_size(self.group)
+                dist.all_gather_object(places, mine, group=self.group)
+                self._places = {_global_rank(i, self.group): p for i, p in enumerate(places)}
+            else:
+                self._places = {0: mine}
+        return tuple(self._places.get(rank, ("?", "?")))
 
     def _straggler(self, rows: list[list[float]], step_s: float) -> dict:
         """The rank whose time in a host phase (data, checkpoint) exceeds the median rank's (the lower median
@@ -231,6 +277,13 @@ def _gather(local: torch.Tensor, group) -> list[list[float]]:
     rows = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(rows, local, group=group)
     return torch.stack(rows).tolist()
+
+
+def _device_name(device: torch.device) -> str:
+    """'GPU 3' (this process's CUDA/ROCm device index) or 'CPU'."""
+    if device.type != "cuda":
+        return device.type.upper()
+    return f"GPU {device.index if device.index is not None else torch.cuda.current_device()}"
 
 
 def _global_rank(group_rank: int, group) -> int:

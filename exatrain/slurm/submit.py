@@ -85,7 +85,7 @@ def prepare(cfg: Config, sweep: Sweep | None = None) -> Prepared:
     spec, profile = JobSpec.from_config(job), load_profile(job.profile)
     if command_kind(list(spec.command)) == "trainer":
         check_signal_handled(spec, cfg.checkpoint.signals)
-    if cfg.run.hang_timeout_s:
+    if cfg.run.hang_timeout_s > 0:
         check_hang_timeout(
             cfg.run.hang_timeout_s, "run.hang_timeout_s", spec.seconds(), f"job.time {job.time}"
         )

@@ -64,6 +64,9 @@ def load_run(run_dir: Path) -> dict:
         "loss": [(m["step"], m["loss"]) for m in train if m.get("loss") is not None],
         "breakdown": breakdown,
         "gpu_util": _mean(gpu_util),
+        "stragglers": [
+            {**m["straggler_flagged"], "step": m["step"]} for m in train if m.get("straggler_flagged")
+        ],
     }
 
 
@@ -103,7 +106,41 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         cells = " | ".join("-" if r["breakdown"][p] is None else f"{r['breakdown'][p]:.4f}" for p in PHASES)
         out.append(f"| {r['name']} | {r['ranks']} | {cells} |")
+    flags = [(r["name"], f) for r in rows for f in r.get("stragglers", [])]
+    if flags:
+        out += ["", "Stragglers flagged:", "", "| " + " | ".join(STRAGGLER_HEAD) + " |", "|---" * 8 + "|"]
+        out += ["| " + " | ".join(map(str, _straggler_cells(name, f))) + " |" for name, f in flags]
     return "\n".join(out) + "\n"
+
+
+#: the columns of the stragglers table (a rank flagged by StepMetrics: slow for N log intervals in a row)
+STRAGGLER_HEAD = ("run", "step", "rank", "host", "device", "phase", "slows steps by", "intervals")
+
+
+def _straggler_cells(name: str, f: dict) -> tuple:
+    return (
+        name,
+        f["step"],
+        f["rank"],
+        f["host"],
+        f["device"],
+        f["phase"],
+        f"x{f['ratio']:.2f}",
+        f["intervals"],
+    )
+
+
+def _html_stragglers(rows: list[dict]) -> str:
+    """The stragglers table (empty when no run flagged one)."""
+    flags = [(r["name"], f) for r in rows for f in r.get("stragglers", [])]
+    if not flags:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in STRAGGLER_HEAD)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in _straggler_cells(name, f)) + "</tr>"
+        for name, f in flags
+    )
+    return f"<h2>Stragglers flagged</h2><table><tr>{head}</tr>{body}</table>"
 
 
 def _png(fig) -> str:
@@ -176,7 +213,7 @@ def figures(rows: list[dict]) -> list[tuple[str, str]]:
 
 def html_page(rows: list[dict], title: str = "exatrain scaling report") -> str:
     """One self-contained HTML page: the tables and the plots (embedded PNG)."""
-    table = _html_table(rows)
+    table = _html_table(rows) + _html_stragglers(rows)
     imgs = "\n".join(
         f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}">'
         f"<figcaption>{html.escape(t)}</figcaption></figure>"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import exatrain
 from exatrain.config import Config
 from exatrain.config.validate import check_choice, check_hang_timeout
 from exatrain.engines.deepspeed.config import deepspeed_config
 from exatrain.env.affinity import MODES as AFFINITY_MODES
+from exatrain.env.watch import job_end_time
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 
@@ -37,8 +40,7 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     check_choice("dist.backend", cfg.dist.backend, ("auto", "nccl", "gloo"))
     check_choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
     check_choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
-    if cfg.run.hang_timeout_s:
-        check_hang_timeout(cfg.run.hang_timeout_s, "run.hang_timeout_s")
+    _check_hang_timeout(cfg.run.hang_timeout_s)
     check_choice("data.train_split", d.train_split, _SPLITS)
     check_choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:
@@ -77,3 +79,18 @@ def _check_engine(cfg: Config, dims: exatrain.ParallelDims) -> None:
 def _positive(key: str, value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{key} must be positive, got {value}", f"set --{key} to a value of at least 1")
+
+
+def _check_hang_timeout(timeout_s: float) -> None:
+    """run.hang_timeout_s: 0 (off), -1 (derived from the steps), or seconds of at least 2 and, inside a SLURM
+    job whose end time is known, below the time left (else a hang would burn the rest undetected)."""
+    if timeout_s in (0, -1):
+        return
+    if timeout_s < 0:
+        raise ConfigError(
+            f"run.hang_timeout_s = {timeout_s:g}: negative, but not -1 (derived from the steps)",
+            "use -1 for a timeout derived from the first steps, 0 for none, or seconds (e.g. 300)",
+        )
+    end = job_end_time()
+    left = None if end is None else end - time.time()
+    check_hang_timeout(timeout_s, "run.hang_timeout_s", left, "the time left of this SLURM job")

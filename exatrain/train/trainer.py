@@ -207,9 +207,12 @@ class Trainer:
                 print(line, flush=True)
 
     def _watch_hangs(self):
-        """The hang watcher of run.hang_timeout_s (None when off): see docs/hangs.md."""
+        """The hang watcher of run.hang_timeout_s (None when 0, derived from the steps when -1): see
+        docs/hangs.md."""
         timeout = self.cfg.run.hang_timeout_s
-        return exatrain.watch_hangs(self.ctx, self.run_dir, timeout) if timeout > 0 else None
+        if timeout == 0:
+            return None
+        return exatrain.watch_hangs(self.ctx, self.run_dir, "auto" if timeout < 0 else timeout)
 
     @staticmethod
     def _stop_watching(watcher) -> None:
@@ -282,6 +285,26 @@ class Trainer:
         start, first_step = time.perf_counter(), self.step
         timer, monitor = self._step_metrics(), self._start_monitor()
         watcher = self._watch_hangs()
+        try:  # a watcher left running in a process that goes on would later take it for hung
+            preempted = self._train_steps(timer, tokens_per_step)
+        finally:
+            self._stop_watching(watcher)
+        if preempted:
+            self.progress.close()
+            self._stop_observing(monitor)
+            return preempted
+        self.checkpointer.wait()
+        elapsed = time.perf_counter() - start
+        last = self._record_eval()
+        self._stop_observing(monitor)
+        self.progress.close()
+        self.checkpointer.close()
+        return self._finish(initial, last, elapsed, self.step - first_step, tokens_per_step)
+
+    def _train_steps(self, timer, tokens_per_step: int) -> dict | None:
+        """The training loop up to train.steps; a dict when a pre-timeout signal stopped it (checkpointed and
+        requeued by rank 0), else None."""
+        t = self.cfg.train
         while self.step < t.steps:
             exatrain.step(self.step + 1)  # the hang watcher's progress mark (an attribute update, no sync)
             self.profiler.begin(self.step + 1)
@@ -308,18 +331,8 @@ class Trainer:
             with timer.phase("checkpoint"):
                 self.checkpointer.step(self.step)
             if self.checkpointer.preempted:
-                self._stop_watching(watcher)
-                self.progress.close()
-                self._stop_observing(monitor)
                 return {"preempted": True, **self.checkpointer.preempted}
-        self.checkpointer.wait()
-        elapsed = time.perf_counter() - start
-        last = self._record_eval()
-        self._stop_watching(watcher)
-        self._stop_observing(monitor)
-        self.progress.close()
-        self.checkpointer.close()
-        return self._finish(initial, last, elapsed, self.step - first_step, tokens_per_step)
+        return None
 
     def _finish(self, initial, final, elapsed: float, steps_trained: int, tokens_per_step: int) -> dict:
         if self.cfg.train.save_model:

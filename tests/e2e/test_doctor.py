@@ -24,22 +24,40 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
             bus,
         )  # x 2(n-1)/n, n = 2
     assert "doctor: all checks passed" in r.stdout
-    # what the hang watcher can use (docs/hangs.md): gloo's flight recorder, py-spy of the test extra
-    assert "hang detection: torch's flight recorder answers on 2 of 2 rank(s); py-spy /" in r.stdout
+    # the hang settings a job gets by default (docs/hangs.md), and what a dump can use: gloo's flight
+    # recorder, py-spy of the test extra
+    assert (
+        "hang settings: collective timeout 300 s ([dist] timeout_s); hang watcher derived from the first "
+        "steps (max(10 x the median step, 300 s, the first step)); torch's flight recorder answers on 2 of "
+        "2 rank(s); py-spy /"
+    ) in r.stdout
     assert "WARNING: this job ends" not in r.stdout
 
 
 def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
-    # (and warns that a job ending in 100 s ends before a 300 s collective timeout could fire)
+    # (and warns that a job ending in 100 s ends before a hang could be detected: 300 s + the dump's 30 s)
     r = exatrain_cli(
         "doctor", "--nproc=1", "--cache-dir=/proc", env={"SLURM_JOB_END_TIME": str(int(time.time()) + 100)}
     )
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(
-        r"WARNING: this job ends in \d+ s, before a collective timeout of 300 s could fire\nHINT: ", r.stdout
+        r"WARNING: this job ends in \d+ s, before a hang could be detected and dumped \(after 300 s \+ up "
+        r"to 30 s\)\nHINT: set a hang timeout well below the time left: `exatrain run --hang-timeout \d+`",
+        r.stdout,
     ), r.stdout
     assert "FAIL: rank 0 on " in r.stdout and "cache directory /proc is not writable" in r.stdout
     assert "HINT: " in r.stdout and "doctor: 1 check(s) failed" in r.stdout
+    # the job's own settings: a 20 s hang timeout finds a hang well inside the 200 s left
+    r = exatrain_cli(
+        "doctor",
+        "--nproc=1",
+        "--hang-timeout=20",
+        "--collective-timeout=600",
+        env={"SLURM_JOB_END_TIME": str(int(time.time()) + 200)},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hang settings: collective timeout 600 s ([dist] timeout_s); hang watcher 20 s;" in r.stdout
+    assert "WARNING: this job ends" not in r.stdout
     r = exatrain_cli("doctor", "--nproc=1", "--nccl-log=missing.log")
     assert r.returncode == 2 and "exatrain: error: --nccl-log missing.log: no such file" in r.stderr, r.stderr
     assert "HINT: " in r.stderr and "Traceback" not in r.stderr

@@ -5,6 +5,8 @@ tests/distributed/test_hangs.py)."""
 import time
 from pathlib import Path
 
+import pytest
+
 from exatrain.cli.main import main
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame
@@ -129,3 +131,98 @@ def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path
     assert "test_hang_settings.py:" in watcher.diagnosis and "time.sleep(0.1)" in watcher.diagnosis
     assert "Thread " in (watcher.dir / "stacks-rank-0.txt").read_text()
     assert (tmp_path / "hang" / "diagnosis.txt").read_text().strip() == watcher.diagnosis
+
+
+def _steps(monkeypatch, *gaps: float) -> None:
+    """A fresh progress record whose step marks are `gaps` seconds apart (the first gap: the warm-up)."""
+    progress = heartbeat.Progress()
+    monkeypatch.setattr(heartbeat, "PROGRESS", progress)
+    t = 100.0
+    progress.step_times.append(t)
+    for gap in gaps:
+        t += gap
+        progress.step_times.append(t)
+
+
+def test_the_derived_timeout_is_ten_median_steps_the_floor_or_the_warm_up(monkeypatch):
+    _steps(monkeypatch)
+    assert heartbeat.derived_timeout_s() is None  # one mark: the warm-up is not known yet
+    _steps(monkeypatch, 5.0, 40.0, 41.0, 90.0)  # median of the steps after the first: 41 s
+    assert heartbeat.derived_timeout_s() == 410.0
+    _steps(monkeypatch, 5.0, 1.0, 2.0, 1.0)  # 10 x 1 s is below the 5 minute floor
+    assert heartbeat.derived_timeout_s() == 300.0
+    _steps(monkeypatch, 900.0, 1.0, 1.0)  # a warm-up (compilation) of 15 minutes
+    assert heartbeat.derived_timeout_s() == 900.0
+    _steps(monkeypatch, 100.0)  # only the warm-up is known: the floor, or the warm-up when longer
+    assert heartbeat.derived_timeout_s() == 300.0 and heartbeat.derived_timeout_s(floor_s=50) == 100.0
+
+
+def test_the_hang_timeout_accepts_auto_and_refuses_other_words(capsys):
+    from exatrain.cli.main import build_parser
+    from exatrain.env.watch import hang_request, hang_variables
+
+    assert build_parser().parse_args(["run", "--hang-timeout", "auto"]).hang_timeout == "auto"
+    assert hang_request(hang_variables("auto", "/r")).timeout_s == "auto"
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--hang-timeout", "soon", SCRIPT, "sleep"])
+    assert stop.value.code == 2 and "'soon' is neither seconds nor auto" in capsys.readouterr().err
+
+
+def test_an_auto_watcher_derives_its_timeout_from_the_warm_up_and_then_declares(
+    tmp_path, monkeypatch, capsys
+):
+    """A real watcher thread in auto mode (floor lowered to 2 s for the test): until two step marks it has no
+    timeout; a first step of 2.5 s (the warm-up) then sets it to 2.5 s (more than the floor and 10 x the
+    0.05 s steps), printed once the first 10 steps are timed; a stall after that is declared as a hang of
+    over 2.5 s. In a job with 1 s left, the derived timeout is warned about."""
+    from exatrain.observe.hang import HangWatcher
+
+    monkeypatch.setattr(heartbeat, "PROGRESS", heartbeat.Progress())
+    heartbeat.step()
+    # a SLURM job with 1 s left (end_time): the derived 2.5 s is warned about once known
+    end = time.time() + 1.0
+    watcher = HangWatcher(
+        tmp_path, 0, 1, "auto", host="here", exit_process=False, auto_floor_s=2.0, end_time=end
+    )
+    watcher.start()
+    try:
+        time.sleep(2.5)  # the first step: longer than the floor, and not a hang
+        assert watcher.timeout_s is None and watcher.diagnosis is None
+        for _ in range(10):
+            heartbeat.step()
+            time.sleep(0.05)
+        deadline = time.monotonic() + 15
+        while watcher.diagnosis is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        watcher.stop()
+    assert 2.5 <= watcher.timeout_s < 2.7
+    err = capsys.readouterr().err
+    assert f"hang timeout {watcher.timeout_s:.0f} s (derived: the longest of 10 x the median step" in err
+    assert "WARNING: hang timeout 2.5" in err and "left of this SLURM job" in err and "\nHINT: " in err
+    assert watcher.diagnosis.startswith(f"exatrain: HANG (no progress for over {watcher.timeout_s:g} s)")
+
+
+def test_the_trainer_refuses_a_timeout_beyond_the_jobs_time_left(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 120))
+    assert main(["train", "--nproc", "2", "--run.hang_timeout_s=600", f"--run.dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "run.hang_timeout_s = 600 s is not shorter than the time left of this SLURM job" in err
+    assert "\nHINT: choose a hang timeout well below" in err
+    assert main(["train", "--nproc", "2", "--run.hang_timeout_s=-5", f"--run.dir={tmp_path}"]) == 2
+    assert "run.hang_timeout_s = -5: negative, but not -1" in capsys.readouterr().err
+
+
+def test_a_stopped_watcher_is_replaced_by_the_next_one_of_the_process(tmp_path):
+    """A run that ends (or fails) stops its watcher: a later run in the same process (an in-process
+    `exatrain train`, a notebook) gets a new watcher for its own run directory, not the stopped one."""
+    from exatrain.observe.hang import start_watcher, stop_watcher
+
+    first = start_watcher(tmp_path / "a", 0, 1, 30.0, host="here")
+    first.stop()
+    second = start_watcher(tmp_path / "b", 0, 1, 30.0, host="here")
+    try:
+        assert second is not first and second.run_dir == tmp_path / "b"
+        assert second._thread.is_alive() and not first._thread.is_alive()
+    finally:
+        stop_watcher()

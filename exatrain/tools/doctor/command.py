@@ -23,10 +23,11 @@ from exatrain.distributed.nccl_debug import enable_nccl_debug_log, init_nccl_alo
 from exatrain.env.watch import job_end_time
 from exatrain.errors import ConfigError, ExatrainError
 from exatrain.observe.hang import flight_recorder_works, pyspy_path
+from exatrain.observe.heartbeat import AUTO_FLOOR_S
 from exatrain.tools.doctor import probes as doctor
 
-#: [dist] timeout_s's default: how long a collective waits before gloo/NCCL raise
-DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
+#: how long the hang watcher may take from detection to the dump and diagnosis (issue 25's bound)
+HANG_DUMP_S = 30.0
 
 
 def doctor_here(env, args) -> int:
@@ -96,7 +97,9 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)
         if ctx.rank == 0:
-            _print(Console(width=max(120, Console().width)), reports, sweep, network, ctx.backend, problems)
+            console = Console(width=max(120, Console().width))
+            hang = (args.hang_timeout, args.collective_timeout)
+            _print(console, reports, sweep, network, ctx.backend, problems, *hang)
         return 1 if problems else 0
     finally:
         teardown()
@@ -108,7 +111,7 @@ def _nccl_report(nccl_log: Path | None) -> dict:
     return {**doctor.nccl_setup(text), "log": str(nccl_log) if nccl_log else None}
 
 
-def _print(console: Console, reports, sweep, network, backend, problems) -> None:
+def _print(console: Console, reports, sweep, network, backend, problems, hang_timeout, collective_s) -> None:
     ranks = Table(
         title=f"exatrain doctor: {len(reports)} rank(s) on {len({r['host'] for r in reports})} node(s), "
         f"backend {backend or 'none'}"
@@ -158,25 +161,39 @@ def _print(console: Console, reports, sweep, network, backend, problems) -> None
         console.print(bw)
     for problem, hint in problems:
         console.print(f"FAIL: {problem}\nHINT: {hint}", markup=False, highlight=False)
-    console.print(_hang_line(reports), markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        _hang_line(reports, hang_timeout, collective_s), markup=False, highlight=False, soft_wrap=True
+    )
     console.print("doctor: all checks passed" if not problems else f"doctor: {len(problems)} check(s) failed")
 
 
-def _hang_line(reports) -> str:
-    """What exatrain's hang watcher (docs/hangs.md) could use here, and whether the job's time limit comes
-    before exatrain's default collective timeout (300 s): then only --hang-timeout finds a hang in time."""
+def _hang_line(reports, hang_timeout: float | str, collective_s: float) -> str:
+    """The hang settings the job will run with (docs/hangs.md): the collective timeout, the hang watcher's
+    timeout, what the dump can use; a WARNING when the job's time left ends before either could fire."""
     fr = sum(1 for r in reports if r.get("flight_recorder"))
     spy = pyspy_path()
+    if hang_timeout == "auto":
+        watcher = (
+            f"derived from the first steps (max(10 x the median step, {AUTO_FLOOR_S:g} s, the first step))"
+        )
+        earliest = AUTO_FLOOR_S
+    elif hang_timeout:
+        watcher, earliest = f"{hang_timeout:g} s", float(hang_timeout)
+    else:
+        watcher, earliest = "off", math.inf
     line = (
-        f"hang detection: torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
+        f"hang settings: collective timeout {collective_s:g} s ([dist] timeout_s); hang watcher {watcher}; "
+        f"torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
         f"{spy or 'not installed (a stopped rank would be named without its stack line)'}"
     )
-    end = job_end_time()
-    if end is not None and end - time.time() < DEFAULT_COLLECTIVE_TIMEOUT_S:
+    end, bound = job_end_time(), min(collective_s, earliest)
+    if end is not None and end - time.time() < bound + HANG_DUMP_S:
+        left = end - time.time()
         line += (
-            f"\nWARNING: this job ends in {end - time.time():.0f} s, before a collective timeout of "
-            f"{DEFAULT_COLLECTIVE_TIMEOUT_S:g} s could fire\nHINT: watch for hangs with `exatrain run "
-            "--hang-timeout S` or [run] hang_timeout_s, well below the time left"
+            f"\nWARNING: this job ends in {left:.0f} s, before a hang could be detected and dumped (after "
+            f"{bound:g} s + up to {HANG_DUMP_S:g} s)\nHINT: set a hang timeout well below the time left: "
+            f"`exatrain run --hang-timeout {max(2, int(left / 10))}` or --run.hang_timeout_s="
+            f"{max(2, int(left / 10))} (doctor: --hang-timeout to check it)"
         )
     return line
 

@@ -1,0 +1,91 @@
+"""Stacks of an unmodified script (docs/hangs.md): plain_hang.py uses none of exatrain's API, so no
+progress marks and no watcher; under `exatrain run --nproc 3 --hang-timeout auto` the script runner still
+records each rank's pid and dumps its stacks on SIGUSR1 (faulthandler). Rank 1 sleeps at step 3.
+
+- the collective timeout (8 s) fires in ranks 0 and 2: one diagnosis names rank 1 and its line, instead of
+  a traceback per rank; exit code 76;
+- `exatrain dump RUN_DIR` on a run with a long timeout names rank 1 the same way, and, once rank 1 is
+  stopped with SIGSTOP, reads its stack with py-spy.
+Both runs start together so that their waits overlap."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from exatrain.errors import EXIT_HANG
+from tests.conftest import finish, run_exatrain, started_exatrain, wait_for
+
+pytestmark = pytest.mark.dist
+
+SCRIPT = Path(__file__).with_name("plain_hang.py")
+
+
+def _line(marker: str) -> int:
+    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if marker in line)
+
+
+def _args(run_dir: Path, timeout_s: int, marker: Path) -> list[str]:
+    return [
+        "run",
+        "--nproc=3",
+        "--hang-timeout=auto",
+        f"--run-dir={run_dir}",
+        str(SCRIPT),
+        str(timeout_s),
+        str(marker),
+    ]
+
+
+def _check_names_rank_1(text: str) -> None:
+    stall, wait = f"plain_hang.py:{_line('STALL-LINE')} (main)", f"plain_hang.py:{_line('WAIT-LINE')} (main)"
+    assert "rank 1 (" in text and "is outside any torch.distributed call, at " in text, text
+    assert text.split("rank 1 (")[1].split(";")[0].count(stall) == 1, text
+    assert f"rank(s) 0,2 wait in torch.distributed.all_reduce at {os.sep}" in text and wait in text, text
+
+
+def test_a_collective_timeout_and_exatrain_dump_name_the_stalled_rank(tmp_path):
+    env = {"OMP_NUM_THREADS": "1"}
+    timed, dumped = tmp_path / "timed", tmp_path / "dumped"
+    with started_exatrain(_args(timed, 8, tmp_path / "m1"), tmp_path, env) as timing:
+        with started_exatrain(_args(dumped, 300, tmp_path / "m2"), tmp_path, env) as running:
+            wait_for(lambda: (tmp_path / "m2").exists(), 120, "rank 1 to stall", running)
+            wait_for(
+                lambda: len(list(dumped.glob("hang/attempt-0/pid-rank-*.json"))) == 3,
+                10,
+                "pid files",
+                running,
+            )
+            r = run_exatrain(["dump", str(dumped)], tmp_path, timeout=60)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert r.stdout.startswith("exatrain: HANG (dump requested): ")
+            _check_names_rank_1(r.stdout)
+            assert r.stdout.strip() == (dumped / "hang" / "diagnosis.txt").read_text().strip()
+            # a stopped rank runs no signal handler: py-spy reads it
+            pid = json.loads((dumped / "hang" / "attempt-0" / "pid-rank-1.json").read_text())["pid"]
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                r = run_exatrain(["dump", str(dumped)], tmp_path, timeout=60)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert r.returncode == 0, r.stdout + r.stderr
+            _check_names_rank_1(r.stdout)
+            stacks = (dumped / "hang" / "attempt-0" / "stacks-rank-1.txt").read_text()
+            assert "Thread " in stacks and f"plain_hang.py:{_line('STALL-LINE')})" in stacks, stacks
+        code, out, err = finish(timing, timeout=180)
+    assert code == EXIT_HANG, out[-2000:] + err[-3000:]
+    diagnosis = (timed / "hang" / "diagnosis.txt").read_text().strip()
+    assert diagnosis.startswith("exatrain: HANG (a collective timed out in rank ")
+    _check_names_rank_1(diagnosis)
+    assert err.count(diagnosis) == 1 and "Traceback" not in err, err[-3000:]
+    for rank in (0, 2):  # the ranks that timed out keep their traceback on disk
+        stacks = (timed / "hang" / "attempt-0" / f"timeout-rank-{rank}.txt").read_text()
+        assert "Collective timeout in rank" in stacks and "distributed_c10d.py" in stacks, stacks
+
+
+def test_dump_without_recorded_ranks_says_how_to_get_them(tmp_path):
+    r = run_exatrain(["dump", str(tmp_path)], tmp_path, timeout=60)
+    assert r.returncode == 2 and "no ranks recorded in its hang/ folder" in r.stderr, r.stderr
+    assert "\nHINT: start the job with `exatrain run --hang-timeout auto" in r.stderr

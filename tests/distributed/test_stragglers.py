@@ -1,0 +1,57 @@
+"""Straggler flagging with real processes (docs/hangs.md, issue 25): the reference trainer on 2 gloo ranks
+under `exatrain run --nproc 2`, rank 1 sleeping 0.3 s in every step's data phase (straggler_train.py),
+logging every 2nd step for 6 steps: rank 1 is flagged once, on the 3rd log interval, with its host, device
+and phase, in the progress line, metrics.jsonl and the HTML report of `exatrain report`."""
+
+import socket
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.dist
+
+SCRIPT = Path(__file__).with_name("straggler_train.py")
+TRAIN = [
+    "--train.steps=6",
+    "--train.log_every=2",
+    "--train.eval_every=0",
+    "--train.eval_at_start=false",
+    "--train.eval_batches=1",
+    "--train.global_batch_size=4",
+    "--train.micro_batch_size=2",
+    "--train.warmup_steps=1",
+    "--data.seq_len=16",
+    "--observe.tensorboard=off",
+]
+
+
+def test_a_rank_slow_in_every_step_is_flagged_once_in_metrics_progress_and_report(exatrain_cli, tmp_path):
+    from exatrain.observe import read_metrics
+
+    run = tmp_path / "run"
+    r = exatrain_cli("run", "--nproc=2", str(SCRIPT), f"--run.dir={run}", *TRAIN)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    records = [m for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"]
+    assert [m["step"] for m in records] == [2, 4, 6]
+    for m in records:  # named as the straggler, with its phase, in every interval
+        assert m["straggler_rank"] == 1 and m["straggler_phase"] == "data" and m["straggler_ratio"] >= 1.2, m
+    flags = [m["straggler_flagged"] for m in records]
+    assert flags[:2] == [None, None]
+    host = socket.gethostname()
+    assert flags[2] == {
+        "rank": 1,
+        "host": host,
+        "device": "CPU",
+        "phase": "data",
+        "ratio": records[2]["straggler_ratio"],
+        "intervals": 3,
+    }
+    line = f"STRAGGLER flagged: rank 1 on {host} (CPU), data x{records[2]['straggler_ratio']:.2f} for 3 intervals"
+    assert (r.stdout + r.stderr).count(line) == 1, r.stdout[-3000:]
+    out = tmp_path / "report.html"
+    r = exatrain_cli("report", str(run), f"--out={out}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = out.read_text()
+    row = f"<tr><td>run</td><td>6</td><td>1</td><td>{host}</td><td>CPU</td><td>data</td>"
+    assert "<h2>Stragglers flagged</h2>" in page and row in page, page[-2000:]
+    assert f"| run | 6 | 1 | {host} | CPU | data |" in out.with_suffix(".md").read_text()
