@@ -474,7 +474,8 @@ def cmd_plan(args, overrides: list[str]) -> int:
     from exatrain.tools.plan.render import print_plan, to_json
 
     cfg = load_config(args.config, overrides)
-    gpu_gb, hardware, per_node = args.gpu_memory_gb, None, 0
+    gpu_gb, hardware, per_node, profile = args.gpu_memory_gb, None, 0, None
+    args.time = args.time or args.target_tokens is not None
     if args.time and not args.site:
         raise ConfigError(
             "--time needs the hardware constants of a site profile",
@@ -498,8 +499,28 @@ def cmd_plan(args, overrides: list[str]) -> int:
     plan = make_plan(
         cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node, comm=True
     )
+    if args.target_tokens is not None:
+        plan = _with_target(plan, cfg, int(args.target_tokens), profile)
     if args.json:
         print(to_json(plan))
     else:
         print_plan(plan)
     return 0
+
+
+def _with_target(plan, cfg, tokens: int, profile):
+    """The plan with wall time and billing units to `tokens` tokens (exatrain.tools.plan.target)."""
+    import dataclasses
+
+    from exatrain.models import configured_shape
+    from exatrain.tools.plan.planner import shape_params
+    from exatrain.tools.plan.target import target_cost
+
+    shape = configured_shape(cfg.model)
+    what = (
+        f"a {shape_params(cfg, plan.vocab_size) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
+        f"width {shape.dim}, sequence length {plan.seq_len})"
+    )
+    tokens_per_step = cfg.train.global_batch_size * plan.seq_len
+    target = target_cost(tokens, tokens_per_step, plan.time["step_time_s"], plan.world_size, profile, what)
+    return dataclasses.replace(plan, target=target.to_dict())

@@ -63,6 +63,7 @@ class Plan:
     elapsed_s: float
     comm: dict | None = None  # "kind over dim" -> {count, bytes, group_size} per rank per step (rank 0)
     time: dict | None = None  # the step-time prediction (estimate.StepTime) when hardware was given
+    target: dict | None = None  # wall time and billing to --target-tokens (target.TargetCost)
 
     @property
     def peak(self) -> RankPlan:
@@ -71,7 +72,13 @@ class Plan:
     def to_dict(self) -> dict:
         out = {**asdict(self), "peak_total": self.peak.total, "verdict": self.peak.verdict}
         time = out.pop("time") or {}
-        return {**out, **time}  # step_time_s, tokens_per_s, tflops_per_gpu, mfu, breakdown, comm_s at the top
+        out = {**out, **time}  # step_time_s, tokens_per_s, tflops_per_gpu, mfu, breakdown, comm_s at the top
+        if self.target:
+            t = self.target
+            out["wall_time_h"] = t["wall_time_h"]
+            keys = ("units", "unit", "rule", "partition", "units_per_hour", "explanation", "jobs")
+            out["cost"] = {k: t[k] for k in keys}
+        return out
 
 
 def default_vocab(cfg: Config) -> tuple[int, bool]:

@@ -6,6 +6,7 @@ import json
 
 from exatrain.tools.plan.memory import GIB
 from exatrain.tools.plan.planner import Plan
+from exatrain.tools.plan.target import num
 
 ROWS = (  # (label, RankPlan attribute)
     ("parameters", "params"),
@@ -68,5 +69,14 @@ def print_plan(plan: Plan) -> None:
             f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
             highlight=False,
         )
+    if plan.target:
+        t = plan.target
+        console.print(
+            f"to {t['target_tokens']:.3g} tokens: {t['steps']:,} steps, {num(t['wall_time_h'])} h wall time "
+            f"({t['jobs']} job(s) of the partition's time limit), {num(t['units'])} {t['unit']}",
+            highlight=False,
+        )
+        console.print(f"  {t['explanation']}", highlight=False, markup=False)
+        console.print(f"for a resource application: {t['sentence']}", highlight=False, markup=False)
     for note in plan.assumptions:
         console.print(f"  - {note}", highlight=False, markup=False)
