@@ -84,7 +84,7 @@ def candidates(cfg: Config, world_size: int, gpus_per_node: int):
                 for mb in divisors(gb // dp):
                     for ac in AC_MODES:
                         for schedule, chunks in SCHEDULES if pp > 1 else ((p.pp_schedule, 1),):
-                            if shape.n_layers % (pp * chunks) or (pp > 1 and mb < pp * chunks):
+                            if shape.n_layers % (pp * chunks):
                                 continue
                             parallel = dataclasses.replace(
                                 p,
@@ -134,8 +134,9 @@ def search(
     if not considered:
         raise ConfigError(
             f"no layout of this model fits the trainer's checks on {world_size} ranks",
-            "make train.global_batch_size a multiple of a large power of two, or check model.n_heads / "
-            "model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
+            "raise train.global_batch_size (each data-parallel rank needs a sample, a pipeline rank's "
+            "micro batch at least pp samples) to a multiple of a large power of two, or check that "
+            "model.n_heads and model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
         )
     ranked.sort(key=lambda x: (x.step_time_s, x.memory_bytes))  # ties: the smaller footprint first
     return SearchResult(world_size, considered, dropped, ranked[:top], time.perf_counter() - t0)
