@@ -20,7 +20,7 @@ from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.tools.plan import analytic, estimate, memory
-from exatrain.tools.plan.planner import activation_spec, compute_bytes, rank_plan
+from exatrain.tools.plan.planner import activation_spec, analytic_model, rank_plan, step_shape
 from exatrain.train.preflight import preflight
 
 SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved_1f1b", 2))
@@ -149,14 +149,8 @@ def total_params(cfg: Config, vocab: int) -> int:
 
 
 def model_of(cfg: Config, vocab: int) -> analytic.Model:
-    """The analytic model of `cfg` (activations' and FSDP's gathered parameters' element sizes)."""
-    return analytic.Model(
-        configured_shape(cfg.model),
-        vocab,
-        cfg.data.seq_len,
-        compute_bytes(cfg),
-        2 if cfg.parallel.param_dtype == "bf16" else 4,
-    )
+    """The analytic model of `cfg` (planner.analytic_model)."""
+    return analytic_model(cfg, vocab)
 
 
 def evaluate(cfg: Config, dims, vocab: int, hardware, per_node: int, gpu_gb, params: int) -> Layout:
@@ -172,15 +166,7 @@ def evaluate(cfg: Config, dims, vocab: int, hardware, per_node: int, gpu_gb, par
     plans = [rank_plan(s, cfg, dims, spec, gpu_gb) for s in shards]
     peak = max(plans, key=lambda r: r.total)
     micro = dims.microbatches(p) if dims.pp_enabled else 1
-    step = analytic.StepShape(
-        accumulation=t.global_batch_size // (t.micro_batch_size * dims.dp),
-        microbatches=micro,
-        batch=spec.batch,
-        chunks=chunks,
-        sequence_parallel=p.sequence_parallel,
-        loss_parallel=p.loss_parallel,
-        recompute=p.activation_checkpoint != "none",
-    )
+    step = step_shape(cfg, dims)
     comm = analytic.collectives(m, dims, step, shards[0])
     shape = m.shape
     matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as planner._predict and the trainer count
