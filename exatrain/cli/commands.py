@@ -493,7 +493,8 @@ def cmd_plan(args, overrides: list[str]) -> int:
     from exatrain.tools.plan.render import print_plan, to_json
 
     cfg = load_config(args.config, overrides)
-    gpu_gb, hardware, per_node = args.gpu_memory_gb, None, 0
+    gpu_gb, hardware, per_node, profile = args.gpu_memory_gb, None, 0, None
+    args.time = args.time or args.target_tokens is not None or args.search
     if args.time and not args.site:
         raise ConfigError(
             "--time needs the hardware constants of a site profile",
@@ -514,11 +515,62 @@ def cmd_plan(args, overrides: list[str]) -> int:
             )
         if args.time:
             hardware = check_hardware(profile.hardware, args.site)
+    if args.search:
+        return _search(cfg, args, hardware, per_node, gpu_gb)
     plan = make_plan(
         cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node, comm=True
     )
+    if args.target_tokens is not None:
+        plan = _with_target(plan, cfg, int(args.target_tokens), profile)
     if args.json:
         print(to_json(plan))
     else:
         print_plan(plan)
+    return 0
+
+
+def _with_target(plan, cfg, tokens: int, profile):
+    """The plan with wall time and billing units to `tokens` tokens (exatrain.tools.plan.target)."""
+    import dataclasses
+
+    from exatrain.models import configured_shape
+    from exatrain.tools.plan.planner import shape_params
+    from exatrain.tools.plan.target import target_cost
+
+    shape = configured_shape(cfg.model)
+    what = (
+        f"a {shape_params(cfg, plan.vocab_size) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
+        f"width {shape.dim}, sequence length {plan.seq_len})"
+    )
+    tokens_per_step = cfg.train.global_batch_size * plan.seq_len
+    target = target_cost(tokens, tokens_per_step, plan.time["step_time_s"], plan.world_size, profile, what)
+    return dataclasses.replace(plan, target=target.to_dict())
+
+
+def _search(cfg, args, hardware, per_node: int, gpu_gb) -> int:
+    """`exatrain plan --search`: the fastest valid layouts that fit (exatrain.tools.plan.search)."""
+    import json
+
+    from exatrain.tools.plan.planner import MAX_WORLD_SIZE, default_vocab
+    from exatrain.tools.plan.render import print_search
+    from exatrain.tools.plan.search import search
+
+    if not 1 <= args.world_size <= MAX_WORLD_SIZE:
+        raise ConfigError(
+            f"--world-size must be from 1 to {MAX_WORLD_SIZE}, got {args.world_size}",
+            "pass the number of ranks (GPUs) of the job, e.g. --world-size 1024",
+        )
+    if args.top < 1:
+        raise ConfigError(f"--top must be at least 1, got {args.top}", "pass e.g. --top 5")
+    if args.target_tokens is not None:
+        raise ConfigError(
+            "--target-tokens works on one layout, not with --search",
+            "run --search first, then plan the chosen layout (its printed options) with --target-tokens",
+        )
+    vocab = args.vocab_size or default_vocab(cfg)[0]
+    result = search(cfg, args.world_size, vocab, hardware, per_node, gpu_gb, args.top)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print_search(result)
     return 0

@@ -97,6 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="predict the step time from the --site profile's [hardware] table (docs/planning.md)",
     )
+    pl.add_argument(
+        "--target-tokens",
+        type=float,
+        help="also predict wall time and billing units to train on this many tokens, e.g. 300e9 (implies --time)",
+    )
+    pl.add_argument(
+        "--search",
+        action="store_true",
+        help="rank every valid layout for --world-size by predicted step time (needs --site with [hardware])",
+    )
+    pl.add_argument(
+        "--top", type=int, default=10, help="with --search: how many layouts to print (default 10)"
+    )
     pl.add_argument("--vocab-size", type=int, help="vocabulary size (default: the configured data's)")
     pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from exatrain.tools.plan.estimate import TIME_KEYS
+
 pytestmark = pytest.mark.e2e
 
 
@@ -32,6 +34,23 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
         "2 rank(s); py-spy /"
     ) in r.stdout
     assert "WARNING: this job ends" not in r.stdout
+    # the [hardware] lines to paste: a TOML table the site profile parses, the sweep's 64 KiB busbw as the
+    # intra-node bandwidth (one node), a measured matmul rate
+    hardware = _pasted_hardware(r.stdout)
+    assert hardware.intra_node_busbw_gbs == pytest.approx(float(sizes[-1][3]), rel=0.01)
+    assert hardware.matmul_tflops > 0 and hardware.missing(TIME_KEYS) == ["inter_node_busbw_gbs"]
+
+
+def _pasted_hardware(stdout: str):
+    """The doctor's printed [hardware] table, read as a copy of the LUMI-G profile with it pasted in."""
+    from exatrain.config.load import read_toml
+    from exatrain.slurm.profiles import PROFILE_DIR, profile_from_dict
+
+    text = stdout[stdout.index("\n[hardware]\n") :]
+    from exatrain.config.load import tomllib
+
+    table = tomllib.loads(text)["hardware"]
+    return profile_from_dict({**read_toml(str(PROFILE_DIR / "lumi-g.toml")), "hardware": table}).hardware
 
 
 def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):

@@ -284,3 +284,21 @@ def test_gpu_links_from_the_first_tool_that_answers(tmp_path, monkeypatch):
         bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9"
     )  # no driver: the next tool answers
     assert doctor.gpu_links() == "ROCm topology: GPU0 GPU1 XGMI"
+
+
+def test_hardware_lines_parse_as_the_profiles_hardware_table():
+    """Ranks on two nodes: the slowest rank's matmul rate and the largest message's busbw as the inter-node
+    bandwidth, with the profile's data-sheet peak; the lines parse as a profile's [hardware] table."""
+    from exatrain.config.load import read_toml, tomllib
+    from exatrain.slurm.profiles import PROFILE_DIR, profile_from_dict
+
+    reports = [
+        {"host": "n1", "matmul_tflops": 150.0, "matmul_what": "bfloat16 8192x8192 products"},
+        {"host": "n2", "matmul_tflops": 140.5, "matmul_what": "bfloat16 8192x8192 products"},
+    ]
+    sweep = [{"bytes": 1024, "busbw_gbs": 0.5}, {"bytes": 2**28, "busbw_gbs": 21.25}]
+    table = tomllib.loads("\n".join(doctor.hardware_lines(reports, sweep, 191.5)))["hardware"]
+    data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
+    hw = profile_from_dict({**data, "hardware": table}).hardware
+    assert (hw.peak_tflops, hw.matmul_tflops, hw.inter_node_busbw_gbs) == (191.5, 140.5, 21.25)
+    assert hw.intra_node_busbw_gbs == 0

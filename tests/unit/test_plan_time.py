@@ -141,11 +141,18 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
         "--train.global_batch_size=8",
         "--parallel.dp_shard=2",
         "--parallel.tp=2",
+        "--target-tokens",
+        "1e9",
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     b = plan["breakdown"]
+    assert set(b) == {"compute_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
+    # 1e9 tokens / 512 per step = 1953125 steps; 4 ranks on one JUWELS Booster node at 48 core-hours per hour
+    assert plan["wall_time_h"] == pytest.approx(1953125 * plan["step_time_s"] / 3600)
+    assert plan["cost"]["units"] == pytest.approx(48 * plan["wall_time_h"])
+    assert plan["cost"]["unit"] == "core-hours" and plan["cost"]["rule"] == "whole-node"
     assert plan["step_time_s"] == pytest.approx(sum(b.values()))
     assert plan["tokens_per_s"] == pytest.approx(8 * 64 / plan["step_time_s"])
     assert plan["mfu"] == pytest.approx(plan["tflops_per_gpu"] / 312)
@@ -157,3 +164,27 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
         for k, row in plan["comm"].items()
         if k != "all_reduce over self"
     )
+
+
+def test_target_tokens_wall_time_and_billing_use_the_cost_code():
+    """Wall time = steps x step time; units = `exatrain cost`'s arithmetic (estimate_cost) for the layout's
+    nodes and that wall time; the numbers below are the profiles' rules worked by hand."""
+    from exatrain.slurm.billing import estimate_cost
+    from exatrain.slurm.spec import JobSpec
+    from exatrain.tools.plan.target import target_cost
+
+    lumi = load_profile("lumi-g")
+    # 1.08e6 tokens / 1000 per step = 1080 steps x 10 s = 3 h on 16 GCDs = 2 whole nodes x 4 GPU-hours/node-hour
+    t = target_cost(1_080_000, 1000, 10.0, 16, lumi, "a model")
+    assert (t.steps, t.nodes, t.gpus_per_node, t.partition) == (1080, 2, 8, "standard-g")
+    assert t.wall_time_h == pytest.approx(3.0) and t.units == pytest.approx(2 * 3 * 4.0)
+    same = estimate_cost(JobSpec(nodes=2, gpus_per_node=8, time="03:00:00"), lumi)
+    assert t.units == pytest.approx(same.units) and t.unit == same.unit == "GPU-hours"
+    assert "3 hours of wall time" in t.sentence and "24.0 GPU-hours" in t.sentence and "margin" in t.sentence
+    # a partial last step counts whole; JUWELS Booster bills 48 core-hours per node-hour and allows 24 h jobs:
+    # 1001 steps x 108 s = 30.03 h on 4 nodes -> 2 jobs, 4 x 48 x 30.03 core-hours
+    t = target_cost(1_000_001, 1000, 108.0, 16, load_profile("juwels-booster"), "a model")
+    assert t.steps == 1001 and t.jobs == 2 and t.wall_time_h == pytest.approx(30.03)
+    assert t.units == pytest.approx(4 * 48 * 30.03) and t.unit == "core-hours"
+    with pytest.raises(ConfigError, match="--target-tokens"):
+        target_cost(0, 1000, 1.0, 16, lumi, "a model")

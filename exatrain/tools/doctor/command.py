@@ -93,6 +93,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
             init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
         report["flight_recorder"] = flight_recorder_works()
+        report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device)
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)
@@ -100,9 +101,26 @@ def _checks(env, args, nccl_log: Path | None) -> int:
             console = Console(width=max(120, Console().width))
             hang = (args.hang_timeout, args.collective_timeout)
             _print(console, reports, sweep, network, ctx.backend, problems, *hang)
+            _print_hardware(reports, sweep, args.site)
         return 1 if problems else 0
     finally:
         teardown()
+
+
+def _print_hardware(reports, sweep, site: str | None) -> None:
+    """The [hardware] lines measured here, for `exatrain plan --time` (docs/planning.md)."""
+    peak = 0.0
+    if site:
+        from exatrain.slurm import load_profile
+
+        hw = load_profile(site).hardware
+        peak = hw.peak_tflops if hw else 0.0
+    print(
+        "\n# [hardware] measured by exatrain doctor: paste into a copy of the site profile (replacing its "
+        "[hardware] table) for exatrain plan --time; a run on one node gives the intra-node, a run on "
+        "several nodes the inter-node bandwidth"
+    )
+    print("\n".join(doctor.hardware_lines(reports, sweep, peak)), flush=True)
 
 
 def _nccl_report(nccl_log: Path | None) -> dict:

@@ -85,6 +85,47 @@ def all_reduce_bus_bandwidth(algbw: float, ranks: int) -> float:
     return algbw * 2 * (ranks - 1) / ranks
 
 
+def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5) -> tuple[float, str]:
+    """TFLOP/s of square matrix products on `device` (bf16 8192^3 on a GPU, as `matmul_tflops` of a profile's
+    [hardware] means; fp32 512^3 on a CPU, where bf16 products are not the training path), and what ran."""
+    gpu = device.type == "cuda"
+    n = size or (8192 if gpu else 512)
+    dtype = torch.bfloat16 if gpu else torch.float32
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    a @ b  # warm-up: kernel selection, allocation
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    return 2 * n**3 * iters / elapsed / 1e12, f"{str(dtype).removeprefix('torch.')} {n}x{n} products"
+
+
+def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 0.0) -> list[str]:
+    """The [hardware] table measured here, to paste into a copy of the site profile (docs/planning.md):
+    the slowest rank's matmul TF/s, and the busbw of the sweep's largest all_reduce as intra-node (all ranks
+    on one node) or inter-node bandwidth (ranks on several nodes)."""
+    slowest = min(reports, key=lambda r: r["matmul_tflops"])
+    lines = ["[hardware]"]
+    if peak_tflops:
+        lines.append(f"peak_tflops = {peak_tflops:g}  # from the site profile (data sheet)")
+    lines.append(
+        f"matmul_tflops = {slowest['matmul_tflops']:.4g}  # measured: {slowest['matmul_what']}, "
+        f"slowest of {len(reports)} rank(s)"
+    )
+    if sweep:
+        nodes = len({r["host"] for r in reports})
+        key = "intra_node_busbw_gbs" if nodes == 1 else "inter_node_busbw_gbs"
+        big = sweep[-1]
+        lines.append(
+            f"{key} = {big['busbw_gbs']:.4g}  # measured: all_reduce busbw of {big['bytes']} bytes over "
+            f"{len(reports)} ranks on {nodes} node(s)"
+        )
+    return lines
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

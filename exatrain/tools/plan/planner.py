@@ -17,7 +17,7 @@ from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.observe.flops import transformer_flops_per_token
-from exatrain.tools.plan import estimate, memory
+from exatrain.tools.plan import analytic, estimate, memory
 from exatrain.tools.plan.comm import comm_table, measure_step_comm
 from exatrain.tools.plan.layout import RankShards, measure_rank, representative_ranks
 from exatrain.train.preflight import preflight
@@ -63,6 +63,7 @@ class Plan:
     elapsed_s: float
     comm: dict | None = None  # "kind over dim" -> {count, bytes, group_size} per rank per step (rank 0)
     time: dict | None = None  # the step-time prediction (estimate.StepTime) when hardware was given
+    target: dict | None = None  # wall time and billing to --target-tokens (target.TargetCost)
 
     @property
     def peak(self) -> RankPlan:
@@ -71,7 +72,13 @@ class Plan:
     def to_dict(self) -> dict:
         out = {**asdict(self), "peak_total": self.peak.total, "verdict": self.peak.verdict}
         time = out.pop("time") or {}
-        return {**out, **time}  # step_time_s, tokens_per_s, tflops_per_gpu, mfu, breakdown, comm_s at the top
+        out = {**out, **time}  # step_time_s, tokens_per_s, tflops_per_gpu, mfu, breakdown, comm_s at the top
+        if self.target:
+            t = self.target
+            out["wall_time_h"] = t["wall_time_h"]
+            keys = ("units", "unit", "rule", "partition", "units_per_hour", "explanation", "jobs")
+            out["cost"] = {k: t[k] for k in keys}
+        return out
 
 
 def default_vocab(cfg: Config) -> tuple[int, bool]:
@@ -117,14 +124,10 @@ def make_plan(
     notes = assumptions(cfg, dims, spec)
     if assumed:
         notes.insert(0, f"vocabulary of {vocab} assumed for data.kind={cfg.data.kind} (pass --vocab-size)")
-    collectives = _collectives(cfg, dims, world_size, vocab, notes) if comm or hardware is not None else None
+    wanted = comm or hardware is not None
+    collectives = _collectives(cfg, dims, world_size, vocab, notes, shards[0]) if wanted else None
     predicted = None
     if hardware is not None:
-        if collectives is None:
-            raise ConfigError(
-                "--time cannot predict pipeline layouts yet: their communication is not measured",
-                "drop --time, or plan the layout without pipeline parallel (--parallel.pp=1)",
-            )
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
     return Plan(
@@ -143,11 +146,16 @@ def make_plan(
     )
 
 
-def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, notes: list[str]):
-    """Rank 0's collectives of one step, measured on fake tensors (None for pipeline layouts)."""
+def _collectives(cfg: Config, dims: ParallelDims, world_size: int, vocab: int, notes: list[str], rank0):
+    """Rank 0's collectives of one step, measured on fake tensors (pipeline layouts: counted in closed form
+    from rank 0's measured shards, exatrain.tools.plan.analytic)."""
     if dims.pp_enabled:
-        notes.append("communication: not measured for pipeline layouts yet")
-        return None
+        notes.append(
+            "communication: pipeline layouts are not measured; their collectives are counted in closed form "
+            "(docs/planning.md: send/recv checked against real pipeline ranks, the rest against measured "
+            "layouts without pipeline parallel)"
+        )
+        return analytic.collectives(analytic_model(cfg, vocab), dims, step_shape(cfg, dims), rank0)
     notes.append(
         "communication: every collective of one steady-state step of rank 0 (forward/backward, "
         "clipping, AdamW), measured on fake tensors under the fake process group; "
@@ -182,6 +190,29 @@ def _predict(
         local_param_elements=max(s.param_elements for s in shards),
     )
     return estimate.step_time(inputs, collectives, hardware)
+
+
+def analytic_model(cfg: Config, vocab: int) -> analytic.Model:
+    """The closed-form model of `cfg` (activations' and FSDP's gathered parameters' element sizes)."""
+    bf16 = cfg.parallel.param_dtype == "bf16"
+    return analytic.Model(
+        configured_shape(cfg.model), vocab, cfg.data.seq_len, compute_bytes(cfg), 2 if bf16 else 4
+    )
+
+
+def step_shape(cfg: Config, dims: ParallelDims) -> analytic.StepShape:
+    """How one step of `cfg` splits its batch (for the closed-form collectives)."""
+    p, t = cfg.parallel, cfg.train
+    micro = dims.microbatches(p) if dims.pp_enabled else 1
+    return analytic.StepShape(
+        accumulation=t.global_batch_size // (t.micro_batch_size * dims.dp),
+        microbatches=micro,
+        batch=t.micro_batch_size // micro,
+        chunks=p.pp_stages_per_rank if dims.pp_enabled else 1,
+        sequence_parallel=p.sequence_parallel,
+        loss_parallel=p.loss_parallel,
+        recompute=p.activation_checkpoint != "none",
+    )
 
 
 def shape_params(cfg: Config, vocab: int) -> int:

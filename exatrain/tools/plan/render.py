@@ -6,6 +6,7 @@ import json
 
 from exatrain.tools.plan.memory import GIB
 from exatrain.tools.plan.planner import Plan
+from exatrain.tools.plan.target import num
 
 ROWS = (  # (label, RankPlan attribute)
     ("parameters", "params"),
@@ -68,5 +69,34 @@ def print_plan(plan: Plan) -> None:
             f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
             highlight=False,
         )
+    if plan.target:
+        t = plan.target
+        console.print(
+            f"to {t['target_tokens']:.3g} tokens: {t['steps']:,} steps, {num(t['wall_time_h'])} h wall time "
+            f"({t['jobs']} job(s) of the partition's time limit), {num(t['units'])} {t['unit']}",
+            highlight=False,
+        )
+        console.print(f"  {t['explanation']}", highlight=False, markup=False)
+        console.print(f"for a resource application: {t['sentence']}", highlight=False, markup=False)
     for note in plan.assumptions:
         console.print(f"  - {note}", highlight=False, markup=False)
+
+
+def print_search(result) -> None:
+    """The fastest layouts of `exatrain plan --search`, each with the options that select it and why."""
+    print(
+        f"{result.considered:,} valid layouts for {result.world_size:,} ranks, {result.dropped_for_memory:,} "
+        f"dropped for memory, searched in {result.elapsed_s:.1f} s; the fastest {len(result.layouts)}:"
+    )
+    for i, lay in enumerate(result.layouts, 1):
+        mfu = f", MFU {lay.mfu:.1%}" if lay.mfu is not None else ""
+        print(
+            f"{i}. {lay.step_time_s * 1e3:,.1f} ms per step, {lay.tokens_per_s:,.0f} tokens/s, "
+            f"{lay.tflops_per_gpu:.1f} TFLOP/s per GPU{mfu}, {gib(lay.memory_bytes)} per GPU"
+        )
+        print(f"   {lay.overrides}")
+        print(f"   why: {lay.why}")
+    print(
+        "  - PREDICTIONS of the step-time model (docs/planning.md); memory and collectives counted in closed "
+        "form (exatrain/tools/plan/analytic.py); check the chosen layout with `exatrain plan` and its options"
+    )

@@ -1,0 +1,182 @@
+"""Closed-form shards and collectives of a layout, for `exatrain plan --search` (torch-free, microseconds).
+
+`exatrain plan` MEASURES one layout: its shards on the meta device (layout.py) and its collectives on fake
+tensors (comm.py), which takes seconds per layout. A search over thousands of layouts of 16,384 ranks
+cannot do that, so it counts the same things from the model's shape and the tensor-parallel plan
+(models/tp_plan.py): the same parameter tensors, split as the layout splits them, and the collectives a
+step issues. `tests/unit/test_plan_search.py` checks the result against the measured plan on a few layouts
+(docs/planning.md gives the tolerance and what the closed form leaves out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from exatrain.distributed.parallel_dims import ParallelDims
+from exatrain.models import ModelShape
+from exatrain.tools.plan.comm import Collective
+from exatrain.tools.plan.layout import RankShards
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the closed forms need of the model and the batch."""
+
+    shape: ModelShape
+    vocab: int
+    seq_len: int
+    elem_bytes: int  # activations (2 = bf16, 4 = fp32)
+    param_bytes: int  # FSDP's param_dtype (the all-gathered copies)
+
+
+def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[tuple[int, int]]:
+    """(rows, columns) of one stage's parameter tensors after tensor parallel (rows first: FSDP's dim 0)."""
+    d, hidden = m.shape.dim, m.shape.dim * m.shape.mlp_ratio
+    block = [(d, 1), (d, 1)]  # the two norms (replicated under TP)
+    block += [(d // tp, d)] * 3 + [(d, d // tp)]  # wq, wk, wv column-wise, wo row-wise
+    block += [(hidden // tp, d), (d, hidden // tp)]  # w1 column-wise, w2 row-wise
+    out = block * n_blocks
+    if first:  # embedding tables split by rows
+        out += [(math.ceil(m.vocab / tp), d), (math.ceil(m.seq_len / tp), d)]
+    if last:  # final norm, output head column-wise (rows = vocabulary)
+        out += [(d, 1), (math.ceil(m.vocab / tp), d)]
+    return out
+
+
+def _shard(rows: int, cols: int, n: int) -> int:
+    """Elements rank 0 holds of a (rows, cols) tensor split along dim 0 into n (FSDP2: ceil)."""
+    return math.ceil(rows / n) * cols
+
+
+def rank_shards(m: Model, dims: ParallelDims, chunks: int, pp_rank: int) -> RankShards:
+    """The shards of rank 0 of `pp_rank`'s group, as exatrain.tools.plan.layout measures them."""
+    n_stages = dims.pp * chunks
+    stages = tuple(pp_rank + k * dims.pp for k in range(chunks))
+    per_stage = m.shape.n_layers // n_stages
+    s = dims.dp_shard if dims.fsdp else 1
+    elements = tensors = 0
+    units = []
+    grad_extra = 0
+    for stage in stages:
+        first, last = stage == 0, stage == n_stages - 1
+        block = _tensors(m, dims.tp, False, False, 1)
+        units += [sum(r * c for r, c in block) * 4] * per_stage
+        outer = [t for t in _tensors(m, dims.tp, first, last, 0)]
+        if outer:
+            units.append(sum(r * c for r, c in outer) * 4)
+        for r, c in block * per_stage + outer:
+            elements += _shard(r, c, s)
+            tensors += 1
+        measured_grads = not (dims.fsdp or (dims.pp > 1 and dims.ddp))  # as layout.meta_grad_bytes
+        if first and dims.tp > 1 and measured_grads:  # TP returns the embeddings' gradients whole
+            whole = m.vocab - math.ceil(m.vocab / dims.tp) + m.seq_len - math.ceil(m.seq_len / dims.tp)
+            grad_extra += whole * m.shape.dim * 4
+    fsdp_units = units if dims.fsdp else [0]
+    return RankShards(
+        rank=pp_rank * (dims.world_size // dims.pp),
+        pp_rank=pp_rank,
+        stages=stages,
+        blocks=(per_stage,) * chunks,
+        first=0 in stages,
+        last=n_stages - 1 in stages,
+        param_elements=elements,
+        param_tensors=tensors,
+        param_bytes=elements * 4,
+        grad_bytes=elements * 4 + grad_extra,
+        largest_unit_bytes=max(fsdp_units),
+        all_units_bytes=sum(fsdp_units),
+    )
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """How one step runs: the layout's batch split."""
+
+    accumulation: int  # micro-batches per step (gradient accumulation)
+    microbatches: int  # pipeline microbatches per micro-batch (1 without PP)
+    batch: int  # samples per pipeline microbatch
+    chunks: int  # model chunks per pipeline rank
+    sequence_parallel: bool
+    loss_parallel: bool
+    recompute: bool  # activation checkpointing re-runs forward collectives in backward
+
+
+def _group(dims: ParallelDims, name: str) -> tuple[int, int]:
+    """First and last rank of rank 0's group over `name` (mesh order pp, dp_replicate, dp_shard, tp): enough
+    for estimate.py to tell whether the group crosses nodes."""
+    stride = {"tp": 1, "dp_shard": dims.tp, "dp_replicate": dims.tp * dims.dp_shard}
+    stride["pp"] = stride["dp_replicate"] * dims.dp_replicate
+    return 0, stride[name] * (getattr(dims, name) - 1)
+
+
+def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShards) -> list[Collective]:
+    """Rank 0's collectives of one step in closed form (bytes = nccl-tests' S, as comm.py records them).
+
+    Tensor parallel under bf16 autocast: the norms' outputs and the residual stream are fp32 (4 bytes), the
+    linear layers' outputs `elem_bytes`; per block and pass, forward reduces wo's and w2's outputs and
+    (sequence parallel) gathers the two norm outputs; backward does the converse with the gradients' dtypes.
+    """
+    rows: dict[tuple[str, str], list[float]] = {}
+
+    def add(kind: str, dim: str, count: float, nbytes: float) -> None:
+        if count and nbytes and getattr(dims, dim) > 1:
+            row = rows.setdefault((kind, dim), [0, 0])
+            row[0] += count
+            row[1] += nbytes
+
+    micro = step.accumulation * step.microbatches  # pipeline microbatches of the step
+    btd = step.batch * m.seq_len * m.shape.dim  # elements of one microbatch's hidden states
+    e = m.elem_bytes
+    if dims.tp > 1:
+        _tensor_parallel(add, micro, btd, e, m, step, shards)
+    if dims.fsdp:
+        n_units = sum(shards.blocks) + 1  # the blocks and the root (embeddings, norm, head)
+        units = shards.all_units_bytes * m.param_bytes // 4
+        block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
+        add("all_gather", "dp_shard", n_units * step.accumulation, units * step.accumulation)  # forward
+        # backward gathers again all but the last block (FSDP keeps the last one unsharded after forward)
+        add("all_gather", "dp_shard", (n_units - 1) * step.accumulation, (units - block) * step.accumulation)
+        add("reduce_scatter", "dp_shard", n_units, shards.all_units_bytes)
+    if dims.dp_replicate > 1:  # DDP's buckets, or HSDP's all-reduce of the reduced shards (one per unit)
+        count = sum(shards.blocks) + 1 if dims.fsdp else 1
+        add("all_reduce", "dp_replicate", count, shards.grad_bytes or shards.param_elements * 4)
+    if dims.pp > 1:
+        act = btd * e / (dims.tp if step.sequence_parallel else 1)
+        edges = 2 * step.chunks - 1  # stage 0 sends forward / receives backward once; later chunks both ways
+        add("send", "pp", micro * edges, act * micro * edges)
+        add("recv", "pp", micro * edges, act * micro * edges)
+    return [
+        Collective(kind, dim, getattr(dims, dim), int(c), int(b), _group(dims, dim))
+        for (kind, dim), (c, b) in rows.items()
+    ]
+
+
+def _tensor_parallel(
+    add, micro: int, btd: int, e: int, m: Model, step: StepShape, shards: RankShards
+) -> None:
+    """The TP rows of `collectives` (fp32 norm outputs and residual: 4 bytes; linear outputs: e)."""
+    blocks = sum(shards.blocks) * micro
+    fwd = 2 if step.recompute else 1  # a recomputed forward repeats the forward's collectives
+    pos = m.seq_len * m.shape.dim / btd  # the position table's output is T x D, not B x T x D
+    if step.sequence_parallel:
+        add("all_gather", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * 4 * fwd + 2 * e))
+        add("reduce_scatter", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * e * fwd + 2 * 4))
+        if shards.first:  # the embeddings' partial sums scattered (forward), gathered back (backward)
+            add("reduce_scatter", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
+            add("all_gather", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
+        if shards.last:  # the head's input gathered (forward), its gradient scattered (backward)
+            add("all_gather", "tp", micro, btd * micro * 4)
+            add("reduce_scatter", "tp", micro, btd * micro * 4)
+        # the norms' weight gradients are Partial DTensors: reduced once per step (fp32)
+        norms = 2 * sum(shards.blocks) + (1 if shards.last else 0)
+        add("all_reduce", "tp", norms, norms * m.shape.dim * 4)
+    else:
+        # backward: wq, wk and wv each reduce their input's gradient (no gather joins them), w1 once
+        add("all_reduce", "tp", blocks * (2 * fwd + 4), btd * blocks * (2 * e * fwd + 4 * 4))
+        if shards.first:
+            add("all_reduce", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
+        if shards.last:
+            add("all_reduce", "tp", micro, btd * micro * 4)
+    if shards.last and not step.loss_parallel:  # the logits gathered over the vocabulary
+        add("all_gather", "tp", micro, step.batch * m.seq_len * m.vocab * e * micro)

@@ -1,0 +1,233 @@
+"""`exatrain plan --search`: every valid layout for the world size, ranked by predicted step time.
+
+Enumerates the degrees (dp_replicate x dp_shard x tp x pp = world size; tp within a node and dividing the
+heads; pp dividing the blocks), the micro batch (dividing the batch per data-parallel rank), activation
+checkpointing (none, full) and for pp > 1 the schedule (1f1b, gpipe, interleaved_1f1b with 2 stages per
+rank; one sample per pipeline microbatch). Each candidate goes through the trainer's own checks
+(train.preflight), gets its memory from the plan's own arithmetic (planner.rank_plan) on shards counted in
+closed form (analytic.py: the same counts as the measured shards, checked by tests), and its step time
+from estimate.step_time on closed-form collectives. Those that do not fit the GPU are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from exatrain.config import Config
+from exatrain.errors import ConfigError
+from exatrain.models import configured_shape
+from exatrain.observe.flops import transformer_flops_per_token
+from exatrain.tools.plan import analytic, estimate, memory
+from exatrain.tools.plan.planner import activation_spec, analytic_model, rank_plan, step_shape
+from exatrain.train.preflight import preflight
+
+SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved_1f1b", 2))
+AC_MODES = ("none", "full")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One ranked candidate."""
+
+    degrees: dict
+    micro_batch_size: int
+    activation_checkpoint: str
+    pp_schedule: str | None
+    pp_stages_per_rank: int
+    pp_microbatches: int
+    memory_bytes: int  # the largest rank's total (planner.rank_plan)
+    verdict: str
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float | None
+    breakdown: dict
+    why: str
+    overrides: str  # the command-line keys that select this layout
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    world_size: int
+    considered: int  # candidates that passed the trainer's checks
+    dropped_for_memory: int
+    layouts: list[Layout]  # the best `top`, fastest first
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def candidates(cfg: Config, world_size: int, gpus_per_node: int):
+    """Configs of every layout to try (the trainer's checks still apply)."""
+    shape = configured_shape(cfg.model)
+    gb, p = cfg.train.global_batch_size, cfg.parallel
+    for tp in divisors(world_size):
+        if tp > max(1, gpus_per_node) or shape.n_heads % tp:  # TP across nodes is never the fast choice
+            continue
+        for pp in divisors(world_size // tp):
+            dp = world_size // (tp * pp)
+            if shape.n_layers % pp or gb % dp:
+                continue
+            for shard in divisors(dp):
+                for mb in divisors(gb // dp):
+                    for ac in AC_MODES:
+                        for schedule, chunks in SCHEDULES if pp > 1 else ((p.pp_schedule, 1),):
+                            if shape.n_layers % (pp * chunks):
+                                continue
+                            parallel = dataclasses.replace(
+                                p,
+                                dp_replicate=dp // shard,
+                                dp_shard=shard,
+                                tp=tp,
+                                pp=pp,
+                                sequence_parallel=tp > 1,
+                                loss_parallel=p.loss_parallel and tp > 1,
+                                param_dtype=p.param_dtype if shard > 1 else "fp32",
+                                cpu_offload=False,
+                                pp_schedule=schedule,
+                                pp_stages_per_rank=chunks,
+                                pp_microbatches=mb if pp > 1 else 0,
+                                activation_checkpoint=ac,
+                            )
+                            train = dataclasses.replace(cfg.train, micro_batch_size=mb)
+                            yield dataclasses.replace(cfg, parallel=parallel, train=train)
+
+
+def search(
+    cfg: Config,
+    world_size: int,
+    vocab: int,
+    hardware,
+    gpus_per_node: int,
+    gpu_gb: float | None,
+    top: int = 10,
+) -> SearchResult:
+    """Rank the valid layouts of `cfg`'s model for `world_size` ranks by predicted step time."""
+    t0 = time.perf_counter()
+    per_node = gpus_per_node or world_size
+    considered = dropped = 0
+    ranked: list[Layout] = []
+    params = total_params(cfg, vocab)
+    for cand in candidates(cfg, world_size, per_node):
+        try:
+            dims = preflight(cand, world_size)
+        except ConfigError:
+            continue
+        considered += 1
+        layout = evaluate(cand, dims, vocab, hardware, per_node, gpu_gb, params)
+        if gpu_gb and layout.memory_bytes > gpu_gb * memory.GIB:
+            dropped += 1
+            continue
+        ranked.append(layout)
+    if not considered:
+        raise ConfigError(
+            f"no layout of this model fits the trainer's checks on {world_size} ranks",
+            "raise train.global_batch_size (each data-parallel rank needs a sample, a pipeline rank's "
+            "micro batch at least pp samples) to a multiple of a large power of two, or check that "
+            "model.n_heads and model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
+        )
+    ranked.sort(key=lambda x: (x.step_time_s, x.memory_bytes))  # ties: the smaller footprint first
+    return SearchResult(world_size, considered, dropped, ranked[:top], time.perf_counter() - t0)
+
+
+def total_params(cfg: Config, vocab: int) -> int:
+    """Parameters of the whole model, counted from its tensors (analytic._tensors with tp = 1)."""
+    m = analytic.Model(configured_shape(cfg.model), vocab, cfg.data.seq_len, 4, 4)
+    return sum(r * c for r, c in analytic._tensors(m, 1, True, True, m.shape.n_layers))
+
+
+def model_of(cfg: Config, vocab: int) -> analytic.Model:
+    """The analytic model of `cfg` (planner.analytic_model)."""
+    return analytic_model(cfg, vocab)
+
+
+def evaluate(cfg: Config, dims, vocab: int, hardware, per_node: int, gpu_gb, params: int) -> Layout:
+    """Memory (largest rank) and predicted step time of one checked layout."""
+    p, t = cfg.parallel, cfg.train
+    m = model_of(cfg, vocab)
+    chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
+    spec = activation_spec(cfg, dims, vocab)
+    pp_ranks = sorted(
+        {0, dims.pp - 1}
+    )  # rank 0 holds most microbatches and the embeddings; the last the head
+    shards = [analytic.rank_shards(m, dims, chunks, r) for r in pp_ranks]
+    plans = [rank_plan(s, cfg, dims, spec, gpu_gb) for s in shards]
+    peak = max(plans, key=lambda r: r.total)
+    micro = dims.microbatches(p) if dims.pp_enabled else 1
+    step = step_shape(cfg, dims)
+    comm = analytic.collectives(m, dims, step, shards[0])
+    shape = m.shape
+    matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as planner._predict and the trainer count
+    inputs = estimate.StepInputs(
+        world_size=dims.world_size,
+        gpus_per_node=per_node,
+        flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
+        tokens_per_step=t.global_batch_size * cfg.data.seq_len,
+        recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
+        pp=dims.pp,
+        pp_chunks=chunks,
+        microbatches=micro,
+        local_param_elements=max(s.param_elements for s in shards),
+    )
+    st = estimate.step_time(inputs, comm, hardware)
+    return Layout(
+        degrees=dims.degrees(),
+        micro_batch_size=t.micro_batch_size,
+        activation_checkpoint=p.activation_checkpoint,
+        pp_schedule=p.pp_schedule if dims.pp_enabled else None,
+        pp_stages_per_rank=chunks,
+        pp_microbatches=micro if dims.pp_enabled else 0,
+        memory_bytes=peak.total,
+        verdict=peak.verdict,
+        step_time_s=st.step_time_s,
+        tokens_per_s=st.tokens_per_s,
+        tflops_per_gpu=st.tflops_per_gpu,
+        mfu=st.mfu,
+        breakdown=st.breakdown,
+        why=_why(peak, st),
+        overrides=_overrides(cfg, dims),
+    )
+
+
+def _why(peak, st: estimate.StepTime) -> str:
+    """Memory, and where the step's time goes."""
+    total = st.step_time_s
+    b = st.breakdown
+    worst = max(st.comm_s.items(), key=lambda kv: kv[1], default=None)
+    comm = f" (largest: {worst[0]})" if worst and b["exposed_comm_s"] > 0 else ""
+    return (
+        f"memory {peak.total / memory.GIB:.1f} GiB, {peak.verdict}; compute {b['compute_s'] / total:.0%}, "
+        f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
+        f"optimizer {b['optimizer_s'] / total:.0%}"
+    )
+
+
+def _overrides(cfg: Config, dims) -> str:
+    """The --section.key=value options that select this layout."""
+    p = cfg.parallel
+    keys = [f"--parallel.{k}={v}" for k, v in dims.degrees().items()]
+    keys += [f"--train.micro_batch_size={cfg.train.micro_batch_size}"]
+    keys += [f"--parallel.activation_checkpoint={p.activation_checkpoint}"]
+    if dims.tp_enabled:
+        keys += ["--parallel.sequence_parallel=true"]
+    if p.param_dtype != cfg.parallel.param_dtype or dims.fsdp:
+        keys += [f"--parallel.param_dtype={p.param_dtype}"]
+    if dims.pp_enabled:
+        keys += [
+            f"--parallel.pp_schedule={p.pp_schedule}",
+            f"--parallel.pp_stages_per_rank={p.pp_stages_per_rank}",
+            f"--parallel.pp_microbatches={p.pp_microbatches}",
+        ]
+    return " ".join(keys)

@@ -1,0 +1,141 @@
+"""`exatrain plan --search`: the closed-form shards and collectives it ranks layouts with, against the plan's
+measured ones; the search's own rules (valid degrees, memory dropped, sorted); the CLI and its bad input.
+
+The measured side is the plan of one layout (meta-device shards, fake-tensor collectives), which
+tests/distributed/test_plan_memory.py and test_plan_comm.py check against real gloo ranks.
+"""
+
+import json
+
+import pytest
+
+from exatrain.config import load_config
+from exatrain.models import configured_shape
+from exatrain.slurm.profiles import PROFILE_DIR, Hardware
+from exatrain.tools.plan import analytic, make_plan
+from exatrain.tools.plan.comm import measure_step_comm
+from exatrain.tools.plan.layout import measure_rank
+from exatrain.tools.plan.search import model_of, search
+from exatrain.train.preflight import preflight
+
+HW = Hardware(peak_tflops=400.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=25.0)
+VOCAB = 1000
+BASE = ["model.size=tiny", "model.n_layers=4", "data.seq_len=64", "train.precision=bf16"]
+LAYOUTS = {  # W = 4
+    "fsdp_accumulating": ["parallel.dp_shard=4", "train.micro_batch_size=2", "train.global_batch_size=16"],
+    "fsdp_tp_sp": ["parallel.dp_shard=2", "parallel.tp=2", "parallel.sequence_parallel=true"],
+    "tp_replicas": ["parallel.dp_replicate=2", "parallel.tp=2"],
+    "hsdp_bf16": ["parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.param_dtype=bf16"],
+    "ddp": ["parallel.dp_replicate=4"],
+    "pp_1f1b_fsdp": ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4"],
+    "pp_interleaved_tp": [
+        "parallel.pp=2",
+        "parallel.tp=2",
+        "parallel.pp_schedule=interleaved_1f1b",
+        "parallel.pp_stages_per_rank=2",
+        "train.micro_batch_size=4",
+    ],
+}
+
+
+def _cfg(name):
+    defaults = ["parallel.dp_replicate=1", "train.micro_batch_size=2", "train.global_batch_size=8"]
+    return load_config(None, BASE + defaults + LAYOUTS[name])
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_closed_form_shards_equal_the_measured_ones(name):
+    cfg = _cfg(name)
+    dims = preflight(cfg, 4)
+    chunks = cfg.parallel.pp_stages_per_rank
+    for pp_rank in range(dims.pp):
+        counted = analytic.rank_shards(model_of(cfg, VOCAB), dims, chunks, pp_rank)
+        measured = measure_rank(cfg, 4, pp_rank * (4 // dims.pp), VOCAB)
+        grads = measured.param_bytes if measured.grad_bytes is None else measured.grad_bytes
+        assert counted.grad_bytes == grads
+        assert counted == measured.__class__(**{**measured.__dict__, "grad_bytes": counted.grad_bytes})
+
+
+@pytest.mark.parametrize("name", ["fsdp_accumulating", "fsdp_tp_sp", "tp_replicas", "hsdp_bf16", "ddp"])
+def test_closed_form_collectives_match_the_measured_step(name):
+    """Bytes per kind and dimension equal the measured step's up to the scalar all-reduces the closed form
+    leaves out (clipping's norms, sequence-parallel norm gradients): under 1 KiB per row here."""
+    cfg = _cfg(name)
+    dims = preflight(cfg, 4)
+    t = cfg.train
+    step = analytic.StepShape(
+        accumulation=t.global_batch_size // (t.micro_batch_size * dims.dp),
+        microbatches=1,
+        batch=t.micro_batch_size,
+        chunks=1,
+        sequence_parallel=cfg.parallel.sequence_parallel,
+        loss_parallel=False,
+        recompute=False,
+    )
+    m = model_of(cfg, VOCAB)
+    counted = {
+        (c.kind, c.dim): c.bytes
+        for c in analytic.collectives(m, dims, step, analytic.rank_shards(m, dims, 1, 0))
+    }
+    measured = {}
+    for c in measure_step_comm(cfg, 4, 0, VOCAB):
+        measured[(c.kind, c.dim)] = measured.get((c.kind, c.dim), 0) + c.bytes
+    assert {k for k, v in measured.items() if v >= 1024} <= set(counted)
+    for key in set(counted) | set(measured):
+        assert abs(counted.get(key, 0) - measured.get(key, 0)) < 1024, (key, counted, measured)
+
+
+def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
+    """World size 8, 4 GPUs per node: every result is a valid layout, sorted by predicted step time, within
+    the GPU; the memory and step time of a pipeline and of a non-pipeline layout equal what `exatrain plan
+    --time` computes for the same options (the non-pipeline plan's measured collectives differ from the
+    closed form only by the scalar all-reduces; the pipeline plan counts them in closed form too)."""
+    cfg = load_config(None, BASE + ["train.global_batch_size=16", "parallel.dp_replicate=-1"])
+    shape = configured_shape(cfg.model)
+    result = search(cfg, 8, VOCAB, HW, 4, 80.0, top=10_000)
+    assert result.considered == len(result.layouts) and result.dropped_for_memory == 0
+    times = [x.step_time_s for x in result.layouts]
+    assert times == sorted(times)
+    for lay in result.layouts:
+        d = lay.degrees
+        assert d["pp"] * d["dp_replicate"] * d["dp_shard"] * d["tp"] == 8
+        assert d["tp"] <= 4 and shape.n_heads % d["tp"] == 0 and shape.n_layers % d["pp"] == 0
+    schedules = {x.pp_schedule for x in result.layouts}
+    assert {None, "1f1b", "gpipe", "interleaved_1f1b"} <= schedules
+    assert {x.activation_checkpoint for x in result.layouts} == {"none", "full"}
+    flat = next(x for x in result.layouts if x.pp_schedule is None and x.degrees["tp"] > 1)
+    piped = next(x for x in result.layouts if x.pp_schedule == "interleaved_1f1b")
+    for lay in (flat, piped):
+        chosen = load_config(
+            None, BASE + ["train.global_batch_size=16"] + [o[2:] for o in lay.overrides.split()]
+        )
+        plan = make_plan(chosen, 8, 80.0, VOCAB, hardware=HW, gpus_per_node=4)
+        assert plan.peak.total == lay.memory_bytes, lay.overrides
+        assert plan.time["step_time_s"] == pytest.approx(lay.step_time_s, rel=1e-3)
+    # a pipeline layout's plan counts its send/recv in closed form and predicts a bubble
+    assert {"send over pp", "recv over pp"} <= set(plan.comm) and plan.time["breakdown"]["bubble_s"] > 0
+    # a GPU too small for some layouts: those are dropped, the rest fit
+    small = sorted(x.memory_bytes for x in result.layouts)[len(result.layouts) // 2] / 2**30
+    cut = search(cfg, 8, VOCAB, HW, 4, small, top=10_000)
+    assert cut.dropped_for_memory > 0 and cut.considered == cut.dropped_for_memory + len(cut.layouts)
+    assert all(x.memory_bytes <= small * 2**30 for x in cut.layouts)
+
+
+def _site(tmp_path) -> str:
+    text = (PROFILE_DIR / "juwels-booster.toml").read_text()
+    hw = "peak_tflops = 312.0\nmatmul_tflops = 200.0\nintra_node_busbw_gbs = 100.0\ninter_node_busbw_gbs = 20.0"
+    path = tmp_path / "site.toml"
+    path.write_text(text.replace("peak_tflops = 312.0", hw))
+    return str(path)
+
+
+def test_search_cli_json_and_bad_input(exatrain_cli, tmp_path):
+    args = ["plan", "--world-size", "8", "--search", "--model.size=tiny", "--data.seq_len=64"]
+    r = exatrain_cli(*args, "--site", _site(tmp_path), "--json", "--top", "3", "--train.global_batch_size=16")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    lays = out["layouts"]
+    assert len(lays) == 3 and [x["step_time_s"] for x in lays] == sorted(x["step_time_s"] for x in lays)
+    assert all({"degrees", "memory_bytes", "why", "overrides", "breakdown"} <= set(x) for x in lays)
+    r = exatrain_cli(*args)
+    assert r.returncode == 2 and "--site" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
