@@ -115,18 +115,33 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a pytest-xdist worker takes whole: the test's file, or all of tests/slurm."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/slurm" if path.startswith("tests/slurm/") else path
+
+
 def pytest_xdist_make_scheduler(config, log):
     """scripts/test.sh runs two pytest-xdist workers. Each file runs in one worker, in order, so a module
     fixture (a shared reference run) is computed once; every SLURM test runs in one worker, so only one test
     cluster is started (a second worker's cluster would wait for the first's lock until that worker ends).
-    (xdist's own `--dist loadgroup` cannot do this with pytest 9.2: its group suffix no longer reaches the
-    node ids.)"""
+
+    `pytest_xdist_make_scheduler` is xdist's public hook (xdist/newhooks.py). What it returns subclasses
+    xdist's exported `LoadScopeScheduling` and overrides its `_split_scope`, the method xdist's own
+    `LoadFileScheduling` and `LoadGroupScheduling` override; no public option does the same (checked with
+    pytest 9.2.0 and pytest-xdist 3.8.0; tests/unit/test_xdist_scheduler.py fails when that changes):
+    - `--dist loadfile` keeps each file in one worker but spreads tests/slurm's files over both workers,
+      each starting its own test cluster (the second waits for the first's lock until that worker ends);
+    - `--dist loadgroup` with an `xdist_group` mark on tests/slurm is a no-op under pytest 9.2: xdist appends
+      the group to `item._nodeid`, while pytest 9.2's `Item.nodeid` reads `item._id`, so every test stays
+      its own group; and unmarked tests would be spread test by test, not file by file;
+    - writing a scheduler against xdist's public `Scheduling` protocol would copy LoadScopeScheduling's
+      ~400 lines of work distribution."""
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrSlurmScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tests/slurm" if path.startswith("tests/slurm/") else path
+            return xdist_scope(nodeid)
 
     return FileOrSlurmScheduling(config, log)
 

@@ -317,6 +317,12 @@ class JobConfig:
         "Python script (python train.py ...) runs under `exatrain "
         "run`, which sets torchrun's variables.",
     )
+    label: bool = doc(
+        False,
+        "Begin each line a Python script's ranks print with [rank N], as `exatrain run --label` does "
+        "(srun mode: the script runs under `exatrain run --label`; torchrun mode: under the script runner's "
+        "--label). Only for a job.command that is a Python script (python train.py or python -m pkg).",
+    )
     signal: str = doc(
         "USR2@120",
         "Signal sent this many seconds before the time limit (checkpointing); empty = "

@@ -73,12 +73,20 @@ def check_interpreter_options(cmd: list[str]) -> None:
         )
 
 
-def wrap_in_exatrain_run(cmd: list[str], profile: str) -> list[str]:
+def wrap_in_exatrain_run(cmd: list[str], profile: str, label: bool = False) -> list[str]:
     """``python train.py ARGS`` -> ``python -m exatrain.cli.main run --profile=P -- train.py ARGS`` (the same
-    interpreter: the one the user named, with exatrain installed); a bare ``train.py`` runs under ``exatrain``."""
+    interpreter: the one the user named, with exatrain installed); a bare ``train.py`` runs under ``exatrain``.
+    ``label`` adds `exatrain run`'s ``--label`` (job.label)."""
     target = _python_target(cmd)
     head = ["exatrain"] if cmd[0].endswith(".py") else [cmd[0], "-m", "exatrain.cli.main"]
-    return [*head, "run", f"--profile={profile}", *(target if target[0] == "-m" else ["--", *target])]
+    options = [f"--profile={profile}", *([LABEL_OPTION] if label else [])]
+    return [*head, "run", *options, *(target if target[0] == "-m" else ["--", *target])]
+
+
+def can_label(cmd: list[str], launch: str) -> bool:
+    """Whether job.label can begin this command's lines with the rank: a Python script wrapped in `exatrain
+    run` (srun mode) or started through the script runner (torchrun mode; not a bare ``train.py``)."""
+    return command_kind(cmd) == "python" and (launch == "srun" or starts_script_runner(cmd))
 
 
 def script_runner_argv(target: list[str], options: list[str] | None = None) -> list[str]:
@@ -94,11 +102,15 @@ def starts_script_runner(cmd: list[str]) -> bool:
     return command_kind(cmd) == "python" and not cmd[0].endswith(".py")
 
 
-def run_under_script_runner(cmd: list[str], masks: tuple[str, ...] = (), per_gpu: bool = True) -> list[str]:
+def run_under_script_runner(
+    cmd: list[str], masks: tuple[str, ...] = (), per_gpu: bool = True, label: bool = False
+) -> list[str]:
     """``python [-u] train.py ARGS`` -> ``python -u -m exatrain.launch.script_runner train.py ARGS`` (torchrun
     mode: torchrun gives the variables; the runner behaves like python but exits without the interpreter's
     finalization, see `launch.script_runner`). With the job's CPU ``masks`` (per GPU, or per local rank on
-    CPU nodes) the runner binds each worker to its mask first. A bare ``train.py`` runs as given."""
+    CPU nodes) the runner binds each worker to its mask first; ``label`` (job.label) gives the runner its
+    ``--label``, which must come first. A bare ``train.py`` runs as given."""
     if cmd[0].endswith(".py"):
         return list(cmd)
-    return [cmd[0], *script_runner_argv(_python_target(cmd), mask_options(masks, per_gpu))]
+    options = [*([LABEL_OPTION] if label else []), *mask_options(masks, per_gpu)]
+    return [cmd[0], *script_runner_argv(_python_target(cmd), options)]

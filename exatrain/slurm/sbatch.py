@@ -332,11 +332,12 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     kind = command_kind(cmd)
     if kind == "python":
         if spec.launch == "srun":
-            return shlex.join(wrap_in_exatrain_run(cmd, spec.profile))
+            return shlex.join(wrap_in_exatrain_run(cmd, spec.profile, spec.label))
         masks = cpu_binding(
             spec, profile
         ).masks  # the runner binds each worker to its mask (launch.script_runner)
-        return shlex.join(run_under_script_runner(cmd, masks, per_gpu=bool(profile.gpus_per_node)))
+        per_gpu = bool(profile.gpus_per_node)
+        return shlex.join(run_under_script_runner(cmd, masks, per_gpu=per_gpu, label=spec.label))
     if kind == "other" and spec.launch == "srun":
         check_interpreter_options(cmd)
     if kind != "trainer":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -11,6 +12,7 @@ from exatrain.config.load import config_from_dict
 from exatrain.config.schema import JobConfig
 from exatrain.errors import ConfigError
 from exatrain.slurm.profiles import SiteProfile
+from exatrain.slurm.rank_command import can_label
 from exatrain.slurm.timefmt import format_slurm_time, parse_slurm_time
 
 LAUNCH_MODES = ("srun", "torchrun")
@@ -179,6 +181,7 @@ class JobSpec(JobConfig):
         if not self.command:
             raise ConfigError("job.command is empty", 'give what each rank runs, e.g. ["exatrain", "train"]')
         self._check_extra_sbatch()
+        self._check_label()
         for key, _value in self.env:
             if not key.isidentifier():
                 raise ConfigError(
@@ -186,6 +189,16 @@ class JobSpec(JobConfig):
                     "use letters, digits and underscores, not starting with a digit",
                 )
         self._check_no_control_chars()
+
+    def _check_label(self) -> None:
+        """job.label labels a Python script's lines (`exatrain run --label`); other commands cannot get it."""
+        if self.label and not can_label(list(self.command), self.launch):
+            raise ConfigError(
+                f"job.label = true, but job.command {shlex.join(self.command)!r} is not a Python script "
+                f"exatrain starts in {self.launch} mode, so nothing can begin its lines with the rank",
+                'write job.command as ["python", "train.py", ...] or ["python", "-m", "pkg", ...], or set '
+                "job.label = false (exatrain's own trainer prints from rank 0)",
+            )
 
     def _check_time_and_signal(self) -> None:
         seconds = parse_slurm_time(str(self.time))

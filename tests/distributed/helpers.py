@@ -1,17 +1,9 @@
 """Start N real gloo ranks in this machine's processes, the way srun/mpirun would (no torchrun)."""
 
-import socket
-
 import torch.multiprocessing as mp
 
 from exatrain.env import detect_environment
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (for the rendezvous of one test)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def mpi_env(rank: int, world: int, port: int):

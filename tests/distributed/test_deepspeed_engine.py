@@ -94,3 +94,25 @@ def test_resume_equals_uninterrupted_run_and_keeps_k(tmp_path):
     assert "saved by 2 rank(s), this run has 1" in r.stderr and "HINT: resume with 2 rank(s)" in r.stderr, (
         r.stderr[-3000:]
     )
+    _other_stage_refused(tmp_path / "resumed", args)
+
+
+def _other_stage_refused(run_dir, args):
+    """docs/engines.md: "every checkpoint only into its own ZeRO stage: anything else is refused with a HINT".
+    The ZeRO-3 checkpoint resumed at the same world size (2) but stage 2 (a stage the universal path serves,
+    so only the stage check can stop it): the error names both stages, the HINT the stage and the exporter."""
+    from tests.conftest import run_exatrain
+
+    stage2 = [a for a in args if not a.startswith("--engine.zero_stage")] + ["--engine.zero_stage=2"]
+    checkpoints = (run_dir / "checkpoints").iterdir()
+    latest = max(checkpoints, key=lambda p: int(p.name.split("-")[1]))  # the one resume=auto takes
+    r = run_exatrain(
+        ["train", "--nproc=2", f"--run.dir={run_dir}", *stage2, "--checkpoint.resume=auto"],
+        cwd=run_dir.parent,
+    )
+    assert r.returncode != 0
+    problem = f"checkpoint {latest}: saved with ZeRO stage 3, this run uses stage 2"
+    assert problem in r.stderr, r.stderr[-3000:]
+    hint = r.stderr.split("HINT: ", 1)[1]
+    assert hint.startswith("resume with 2 rank(s) and --engine.zero_stage=3"), r.stderr[-3000:]
+    assert f"zero_to_fp32.py {latest} OUT_DIR" in " ".join(hint.split()), hint

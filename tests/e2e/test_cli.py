@@ -4,13 +4,14 @@ import functools
 import http.server
 import io
 import json
-import socket
 import subprocess
 import sys
 import threading
 import zipfile
 
 import pytest
+
+from tests.ports import free_port
 
 
 def test_env_json_under_real_torchrun(tmp_path):
@@ -94,9 +95,7 @@ def test_data_prepare_downloads_and_extracts(exatrain_cli, local_server, tmp_pat
 
 
 def test_data_prepare_offline_fails_clearly(exatrain_cli, tmp_path):
-    with socket.socket() as s:  # a port nobody listens on: connection refused, as on an offline node
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on: connection refused, as on an offline node
     out = tmp_path / "wt2"
     r = exatrain_cli(
         "data",

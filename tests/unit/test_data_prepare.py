@@ -3,7 +3,6 @@
 import functools
 import io
 import random
-import socket
 import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +12,7 @@ import pytest
 
 from exatrain.data import WIKITEXT2_FILES, load_corpus, prepare_wikitext2
 from exatrain.errors import DataError
+from tests.ports import free_port
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
@@ -47,11 +47,8 @@ def make_zip(path: Path, files=WIKITEXT2_FILES) -> Path:
 
 
 def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port nobody listens on (connection refused, as on an offline node)."""
+    return free_port()
 
 
 def leftovers(parent: Path) -> list[str]:

@@ -207,3 +207,47 @@ def test_example_job_files_render(name, profile):
     )
     for text in (srun, torchrun):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["srun", "torchrun"])
+def test_job_label_gives_the_script_its_rank_prefix(mode):
+    """job.label = true: srun mode runs the script under `exatrain run --label`, torchrun mode under the
+    script runner's --label (first of its options, before the CPU masks on LUMI-G); false leaves both out.
+    tests/slurm/test_run_in_job.py checks the lines a real job then prints."""
+    spec = dataclasses.replace(SCRIPT_JOB, launch=mode)
+    for profile in ("juwels-booster", "lumi-g"):
+        plain, _ = _launch_line(spec, profile)
+        words, _ = _launch_line(dataclasses.replace(spec, label=True), profile)
+        assert "--label" not in plain
+        script = words.index("examples/torchrun_ddp/train.py")
+        if mode == "srun":
+            run = words.index("run")
+            assert words[run + 1 : script] == [f"--profile={profile}", "--label", "--"], words
+        else:
+            runner = words.index("exatrain.launch.script_runner")
+            options = words[runner + 1 : script]
+            assert (
+                options[0] == "--label"
+                and options[1:]
+                == plain[
+                    plain.index("exatrain.launch.script_runner") + 1 : plain.index(
+                        "examples/torchrun_ddp/train.py"
+                    )
+                ]
+            ), words
+        assert [w for w in words if w != "--label"] == plain
+
+
+@pytest.mark.parametrize(
+    "command,mode",
+    [
+        (("exatrain", "train"), "srun"),
+        (("python", "-m", "exatrain.cli.main", "train"), "torchrun"),
+        (("bash", "run.sh"), "srun"),
+        (("train.py",), "torchrun"),  # torchrun starts a bare script itself: no runner to label it
+    ],
+)
+def test_job_label_for_a_command_nothing_can_label_is_refused(command, mode):
+    with pytest.raises(ConfigError, match="job.label = true, but job.command") as refused:
+        dataclasses.replace(SCRIPT_JOB, command=command, launch=mode, label=True)
+    assert "python" in refused.value.hint and "job.label = false" in refused.value.hint

@@ -1,0 +1,57 @@
+"""sbatch's refusals, as the real slurmctld words them, turned into exatrain's HINTs: `exatrain submit` (sbatch
+with the script file) and `exatrain submit --test-only` (the script on stdin) with a request the test cluster
+refuses. Each time the same script is also given to sbatch directly, and exatrain's error must quote the
+reason sbatch printed, and its HINT must name the job key to change.
+
+Not reproduced: "Invalid account" and "Invalid qos" (the testbed has no slurmdbd, so slurmctld checks neither
+accounts nor QOS: `--account=nosuch --qos=nosuch` are accepted); tests/unit/test_launch_submit.py covers
+them with SLURM's documented wording."""
+
+import re
+
+import pytest
+
+from tests.slurm.test_submit import _exatrain, _job_toml
+
+pytestmark = pytest.mark.slurm
+
+# request -> the job key the HINT must name (what the user changes)
+CASES = {
+    "no such partition": (["--job.partition=nosuch"], "job.partition"),
+    "more nodes than the partition": (["--job.nodes=99"], "job.nodes"),
+    # dev-g: the LUMI-G-shaped partition, MaxTime 3 h (testbed/sites.conf); 240 minutes
+    "time over the partition's MaxTime": (["--job.partition=dev-g", "--job.time=240"], "job.time"),
+    "more memory than a node has": (["--job.mem_per_gpu_gb=999"], "job.mem_per_gpu_gb"),
+}
+
+
+def _sbatch_reason(cluster, args: list[str], script, cwd) -> str:
+    """What sbatch itself says about the script exatrain wrote: its first line, without "sbatch: error: "."""
+    r = cluster.run(["sbatch", *args, str(script)], cwd=cwd)
+    if r.returncode == 0:
+        cluster.run(["scancel", r.stdout.strip().split(";")[0]])
+        raise AssertionError(f"sbatch {args} accepted it: {r.stdout}{r.stderr}")
+    # its first line: "sbatch: error: ..." or, from --test-only, "allocation failure: ..."
+    return re.sub(r"^sbatch: error: ", "", r.stderr.splitlines()[0].strip())
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_real_sbatch_refusal_gets_its_hint(slurm_cluster, tmp_path, case):
+    overrides, key = CASES[case]
+    config = _job_toml(tmp_path)
+    run = tmp_path / "run"
+    for mode, verb, sbatch_args in (
+        ([], "submit", ["--parsable"]),
+        (["--test-only"], "schedule", ["--test-only"]),
+    ):
+        r = _exatrain(
+            slurm_cluster, "submit", "-c", str(config), *mode, *overrides, f"--run.dir={run}", cwd=tmp_path
+        )
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        reason = _sbatch_reason(
+            slurm_cluster, sbatch_args, tmp_path / "run.sbatch", tmp_path
+        )  # submit wrote it
+        assert f"exatrain: error: SLURM would not {verb} the job: {reason}" in r.stderr, (reason, r.stderr)
+        hint = r.stderr.split("HINT: ", 1)[1]
+        assert key in hint, (case, hint)
