@@ -6,7 +6,7 @@ order, as one terminal session on a login node: each block starts with the envir
 the previous one left (exported variables and `cd` carry over, as in a shell). The ```toml blocks of the page
 whose first line is `# NAME.toml` are written into the session's folder first. Every job a block submits
 (`submitted job N` in its output) is waited for with the cluster fixture; all pages' jobs are submitted before
-any is waited for. A ```text block directly after a twin block lists output lines the block promises: each
+any is waited for. A ```text block after a twin block (before any other block or heading) lists output lines the block promises: each
 must appear in its output. Each job must end COMPLETED, and a job of the reference trainer must leave
 `summary.json` with one rank per node (the substitution below) and the weights in sync on every rank.
 
@@ -25,8 +25,8 @@ Substituted, and nothing else (SUBSTITUTIONS, PRELUDE and FAST below; docs/sites
   real list names /appl, /opt/cray, /usr/lib64/libcxi.so.1 and /var/spool/slurmd, absent here).
 - Size: every `exatrain submit` gets --job.gpus_per_node=1 (one rank per node: this machine has 2 cores)
   and a short training (FAST: 6 steps, seq_len 16, no evaluation); `exatrain doctor` gets --device=cpu and
-  `srun --ntasks-per-node=N` / `salloc --gpus-per-node=N` one task per node: the twins have no GPUs (blocks
-  whose note says "gpu" are the ones that need a real GPU on the site).
+  `srun --ntasks-per-node=N` becomes one task per node: the twins' GPUs are declared to SLURM, not real
+  (blocks whose note says "gpu" are the ones that need a real GPU on the site).
 - The login node: exatrain for LUMI's login node is this checkout's .venv (LUMI's guide installs it with
   cray-python, which needs PyPI: that block is not-in-ci); JSC's blocks install exatrain themselves into a
   fresh venv over the module's torch, from a fresh copy of this checkout's tracked files (the session's
@@ -61,7 +61,7 @@ PAGES = {
 }
 TWIN_BLOCK = re.compile(
     r"<!-- twin: (?P<site>[\w-]+)(?:; (?P<note>[^>]*?))? -->\n```bash\n(?P<body>.*?)\n```"
-    r"(?:\n\n```text\n(?P<shows>.*?)\n```)?",
+    r"(?:\n\n(?:(?!```|<!--|#)[^\n]*\n)*?\n?```text\n(?P<shows>.*?)\n```)?",  # prose, then what it prints
     re.S,
 )
 TOML_FILE = re.compile(r"```toml\n(# (?P<name>[\w.-]+\.toml)\n.*?)\n```", re.S)
@@ -103,8 +103,8 @@ def _substitute(text: str, subs: list[tuple[str, str]]) -> str:
 
 
 def _sized(body: str) -> str:
-    """FAST on every `exatrain submit`, --device=cpu on `exatrain doctor`, one task per node for srun and
-    one GPU for salloc (the twins' nodes have 2 real cores and no GPU)."""
+    """FAST on every `exatrain submit`, --device=cpu on `exatrain doctor`, one task per node for srun (the
+    twins' nodes share this machine's 2 cores and have no GPU)."""
     joined = re.sub(r"\\\n\s*", " ", body)
     out = []
     for line in joined.splitlines():
@@ -158,8 +158,9 @@ def _session_folder(page: str, base: Path) -> Path:
 
 def _session_env(cluster, page: str, jsc_project: Path) -> dict[str, str]:
     ws = session_workspace()
-    env = dict(twin_env(), **cluster.env)
+    env = dict(cluster.env)  # the cluster's SLURM_CONF, no variables of an enclosing job
     env.pop("VIRTUAL_ENV", None)
+    env["PATH"] = twin_env()["PATH"]  # the container twin's singularity/apptainer, this venv's bin
     path = env["PATH"].split(":")
     if page != "lumi-g":  # JSC: exatrain only from the venv the guide creates
         path = [p for p in path if p != str(Path(sys.executable).parent)]
@@ -202,7 +203,10 @@ def run_page(cluster, page: str, base: Path) -> dict:
         r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=400)
         out = r.stdout + r.stderr
         done.append((block, run_as, out, r.returncode))
-        jobs += [(block, job) for job in re.findall(r"submitted job (\d+)", out)]
+        jobs += [
+            (block, job, Path(log))
+            for job, log in re.findall(r"submitted job (\d+)\n(?:.*\n)*?\s+stdout\s+(\S+)", out)
+        ]
         if r.returncode:
             break
     return {"folder": folder, "blocks": done, "jobs": jobs}
@@ -216,14 +220,13 @@ def guide_runs(slurm_cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("guides")
     runs = {page: run_page(slurm_cluster, page, base) for page in PAGES}
     for run in runs.values():
-        run["states"] = {job: slurm_cluster.wait(job, timeout=600) for _, job in run["jobs"]}
+        run["states"] = {job: slurm_cluster.wait(job, timeout=600) for _, job, _ in run["jobs"]}
+        run["nodes"] = {job: int(slurm_cluster.job_info(job)[0]["NumNodes"]) for _, job, _ in run["jobs"]}
     return runs
 
 
-def _job_log(cluster, job: str) -> str:
-    info = cluster.job_info(job)
-    path = Path(info[0].get("StdOut", "")) if info else None
-    return path.read_text() if path and path.is_file() else f"(no log for job {job})"
+def _read(log: Path) -> str:
+    return log.read_text() if log.is_file() else f"(no {log})"
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
@@ -237,17 +240,15 @@ def test_guide_blocks_run_on_the_twin(guide_runs, slurm_cluster, page):
         assert rc == 0, f"{PAGES[page]}: block failed:\n{block['body']}\n(run as:\n{run_as})\n{out[-4000:]}"
         for line in _substitute(block["shows"] or "", _substitutions(page, Path())).splitlines():
             assert line.strip() in out, f"{PAGES[page]}: {line!r} not printed by:\n{block['body']}\n{out}"
-    for block, job in run["jobs"]:
-        log = _job_log(slurm_cluster, job)
-        assert run["states"][job] == "COMPLETED", f"{block['body']}\njob {job}:\n{log[-4000:]}"
+    for block, job, log in run["jobs"]:
+        assert run["states"][job] == "COMPLETED", f"{block['body']}\njob {job}:\n{_read(log)[-4000:]}"
 
 
-def _summaries(cluster, run) -> list[tuple[dict, dict, str]]:
+def _summaries(run) -> list[tuple[dict, dict, str]]:
     """(block, summary.json, job) of each reference-trainer job (its log names the run dir)."""
     found = []
-    for block, job in run["jobs"]:
-        log = _job_log(cluster, job)
-        run_dir = re.search(r"run dir (\S+)", log)
+    for block, job, log in run["jobs"]:
+        run_dir = re.search(r"run dir (\S+)", _read(log))
         summary = Path(run_dir.group(1)) / "summary.json" if run_dir else None
         if summary and summary.is_file():
             found.append((block, json.loads(summary.read_text()), job))
@@ -259,11 +260,13 @@ def test_guide_jobs_train_one_rank_per_node(guide_runs, slurm_cluster, page):
     """Every job trained the reference model on as many ranks as it had nodes (one rank per node on the twin),
     in sync; the page's jobs include a one-node and a two-node job, a container job and a torchrun job."""
     run = guide_runs[page]
-    summaries = _summaries(slurm_cluster, run)
-    assert len(summaries) == len(run["jobs"]) >= 4, [b["body"] for b, _ in run["jobs"]]
+    summaries = _summaries(run)
+    assert len(summaries) == len(run["jobs"]) >= 4, [b["body"] for b, _, _ in run["jobs"]]
     for block, summary, job in summaries:
-        nodes = int(slurm_cluster.job_info(job)[0]["NumNodes"])
-        assert summary["world_size"] == nodes and summary["weights_in_sync"], (block["body"], summary)
+        assert summary["world_size"] == run["nodes"][job] and summary["weights_in_sync"], (
+            block["body"],
+            summary,
+        )
     worlds = sorted({s["world_size"] for _, s, _ in summaries})
     assert worlds == [1, 2], worlds
     scripts = [
