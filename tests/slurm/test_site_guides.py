@@ -4,11 +4,12 @@ matching site twin of the SLURM test cluster (docs/sites/twins.md).
 Every ```bash block preceded by `<!-- twin: SITE -->` (or `<!-- twin: SITE; NOTE -->`) runs here, in page
 order, as one terminal session on a login node: each block starts with the environment and working directory
 the previous one left (exported variables and `cd` carry over, as in a shell). The ```toml blocks of the page
-whose first line is `# NAME.toml` are written into the session's folder first. Every job a block submits
-(`submitted job N` in its output) is waited for with the cluster fixture; all pages' jobs are submitted before
-any is waited for. A ```text block after a twin block (before any other block or heading) lists output lines the block promises: each
-must appear in its output. Each job must end COMPLETED, and a job of the reference trainer must leave
-`summary.json` with one rank per node (the substitution below) and the weights in sync on every rank.
+whose first line is `# NAME.toml` are written into the session's folder first. The three pages' sessions run
+side by side (each on its own twin). Every job a block submits (`submitted job N` in its output) is waited for
+with the cluster fixture once all blocks ran. A ```text block after a twin block (before any other block or
+heading) lists output lines the block promises: each must appear in its output. Each job must end COMPLETED
+and leave, in its run directory, `summary.json` with one rank per node (the substitution below) and the
+weights in sync on every rank, and the trained weights `final.pt`.
 
 Substituted, and nothing else (SUBSTITUTIONS, PRELUDE and FAST below; docs/sites/twins.md repeats it):
 - Site paths -> twin paths: LUMI's AI Factory image (/appl/local/laifs/containers/...sif) -> the `aif` image
@@ -45,6 +46,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -200,9 +203,11 @@ def run_page(cluster, page: str, base: Path) -> dict:
             f'source {state}\ncd "$(cat {cwd_file})"\n{PRELUDE}\nset -eo pipefail\n{run_as}\n'
             f"export -p > {state}\npwd > {cwd_file}\n"
         )
+        start = time.monotonic()
         r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=400)
         out = r.stdout + r.stderr
         done.append((block, run_as, out, r.returncode))
+        print(f"{page}: {time.monotonic() - start:5.1f} s  {run_as.splitlines()[-1][:90]}", file=sys.stderr)
         jobs += [
             (block, job, Path(log))
             for job, log in re.findall(r"submitted job (\d+)\n(?:.*\n)*?\s+stdout\s+(\S+)", out)
@@ -218,7 +223,10 @@ def guide_runs(slurm_cluster, tmp_path_factory):
     if not {"nid005001", "jwb0001", "jrc1"} <= set(slurm_cluster.site_nodes):
         pytest.skip("the testbed was started without its site twins (STB_SITES=0)")
     base = tmp_path_factory.mktemp("guides")
-    runs = {page: run_page(slurm_cluster, page, base) for page in PAGES}
+    session_images(), session_workspace()  # built once, before the pages' threads share them
+    with ThreadPoolExecutor(len(PAGES)) as pool:  # three twins: the pages' sessions run side by side
+        futures = {page: pool.submit(run_page, slurm_cluster, page, base) for page in PAGES}
+        runs = {page: f.result() for page, f in futures.items()}
     for run in runs.values():
         run["states"] = {job: slurm_cluster.wait(job, timeout=600) for _, job, _ in run["jobs"]}
         run["nodes"] = {job: int(slurm_cluster.job_info(job)[0]["NumNodes"]) for _, job, _ in run["jobs"]}
@@ -245,12 +253,13 @@ def test_guide_blocks_run_on_the_twin(guide_runs, slurm_cluster, page):
 
 
 def _summaries(run) -> list[tuple[dict, dict, str]]:
-    """(block, summary.json, job) of each reference-trainer job (its log names the run dir)."""
+    """(block, summary.json, job) of each reference-trainer job whose run dir (named in its log) holds
+    summary.json and the trained weights (final.pt), as the guides say."""
     found = []
     for block, job, log in run["jobs"]:
         run_dir = re.search(r"run dir (\S+)", _read(log))
         summary = Path(run_dir.group(1)) / "summary.json" if run_dir else None
-        if summary and summary.is_file():
+        if summary and summary.is_file() and (summary.parent / "final.pt").is_file():
             found.append((block, json.loads(summary.read_text()), job))
     return found
 
