@@ -40,7 +40,6 @@ Not reproduced: GPUs, RCCL/NCCL and the fabrics (the twins' gloo on CPU; docs/si
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -87,7 +86,7 @@ def _site_packages() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
-def _substitutions(page: str, jsc_project: Path) -> list[tuple[str, str]]:
+def _substitutions() -> list[tuple[str, str]]:
     """(regex, replacement) pairs turning site paths into the twin's (the docstring's table)."""
     images, ws = session_images(), session_workspace()
     return [
@@ -182,7 +181,7 @@ def run_page(cluster, page: str, base: Path) -> dict:
     jsc_project = session_root() / f"jsc-{page}"
     (jsc_project / "containers").mkdir(parents=True, exist_ok=True)
     folder = _session_folder(page, base)
-    subs = _substitutions(page, jsc_project)
+    subs = _substitutions()
     for name, text in _toml_files(page).items():
         (folder / name).write_text(_substitute(text, subs))
     if page == "lumi-g":
@@ -246,7 +245,7 @@ def test_guide_blocks_run_on_the_twin(guide_runs, slurm_cluster, page):
     for block, run_as, out, rc in run["blocks"]:
         assert block["site"] == page, f"{PAGES[page]}: a block marked for twin {block['site']}"
         assert rc == 0, f"{PAGES[page]}: block failed:\n{block['body']}\n(run as:\n{run_as})\n{out[-4000:]}"
-        for line in _substitute(block["shows"] or "", _substitutions(page, Path())).splitlines():
+        for line in _substitute(block["shows"] or "", _substitutions()).splitlines():
             assert line.strip() in out, f"{PAGES[page]}: {line!r} not printed by:\n{block['body']}\n{out}"
     for block, job, log in run["jobs"]:
         assert run["states"][job] == "COMPLETED", f"{block['body']}\njob {job}:\n{_read(log)[-4000:]}"
@@ -288,15 +287,22 @@ def test_guide_jobs_train_one_rank_per_node(guide_runs, slurm_cluster, page):
 
 
 def test_twin_blocks_are_exactly_the_marked_ones():
-    """The convention shared with tests/e2e/test_readme.py: a `<!-- twin: SITE -->` block is run here, and only
-    on its own site's page; test_readme.py treats it as not-in-ci (tests/e2e)."""
+    """The convention shared with tests/e2e/test_readme.py: every bash block of a guide is either a
+    `<!-- twin: SITE -->` block of its own site (run here, left out by test_readme.py) or marked not-in-ci
+    with a reason (only LUMI's login-node install); each block that trains or runs the doctor says that it
+    needs a GPU on the site (`gpu: ...`)."""
+    from tests.e2e.test_readme import RUNNABLE, _blocks
+
     for page, name in PAGES.items():
         blocks = twin_blocks(page)
-        assert len(blocks) >= 6, f"{name}: the guide lost its steps"
+        assert len(blocks) >= 7, f"{name}: the guide lost its steps"
         assert {b["site"] for b in blocks} == {page}, name
-    sys.path.insert(0, str(ROOT))
-    from tests.e2e.test_readme import RUNNABLE
-
+        bash = [b for b in _blocks(name) if b["lang"] == "bash"]
+        skipped = [b for b in bash if b["reason"] and not b["twin"]]
+        assert len(bash) == len(blocks) + len(skipped), f"{name}: a bash block is neither twin nor not-in-ci"
+        assert len(skipped) == (1 if page == "lumi-g" else 0), [b["body"] for b in skipped]
+        for b in blocks:
+            needs_gpu = "exatrain submit" in b["body"] or "exatrain doctor" in b["body"]
+            assert needs_gpu == (b["note"] or "").startswith("gpu:"), (name, b["body"])
     marked = {b["body"] for p in PAGES for b in twin_blocks(p)}
-    assert not marked & {b["body"] for b in RUNNABLE}
-    assert os.path.isfile(ROOT / "docs/sites/twins.md")
+    assert marked and not marked & {b["body"] for b in RUNNABLE}
