@@ -12,6 +12,8 @@
 - Convention: a block that cannot run in CI (it needs a SLURM cluster, data from the internet, or it is CI
   itself) is preceded by an HTML comment line `<!-- not-in-ci: REASON -->` directly above its fence; the
   reason should name the test that covers it instead, where one does.
+- A block preceded by `<!-- twin: SITE -->` (the site guides, docs/sites/*.md) is not run here either: it
+  runs in page order on that site's twin of the SLURM test cluster (tests/slurm/test_site_guides.py).
 """
 
 import json
@@ -34,7 +36,8 @@ FAST_TRAIN = {
     "--train.log_every": "50",
 }
 BLOCK = re.compile(
-    r"(<!-- not-in-ci: (?P<reason>.+?) -->\n)?```(?P<lang>bash|toml)\n(?P<body>.*?)\n```", re.S
+    r"(<!-- (?:not-in-ci|(?P<twin>twin)): (?P<reason>.+?) -->\n)?```(?P<lang>bash|toml)\n(?P<body>.*?)\n```",
+    re.S,
 )
 HOW_TO_MARK = (
     "if this block cannot run in CI (SLURM cluster, internet data), put the line "

@@ -10,7 +10,7 @@ set (CI=true): there they fail, because CI must really run them.
 
 Besides node1..nodeN (default partition ``debug``) the testbed has site-shaped nodes and partitions
 (testbed/sites.conf: LUMI-G, JUWELS Booster, JURECA-DC, generic) for ``sbatch --test-only``; the LUMI-G,
-JUWELS Booster and generic ones are site twins, each in a network namespace of its own with the site's
+JUWELS Booster, JURECA-DC and generic ones are site twins, each in a network namespace of its own with the site's
 interfaces and host names (docs/sites/twins.md), where jobs run.
 
 Environment knobs: STB_NODES / STB_CPUS / STB_GPUS / STB_MEM_MB / STB_CTLD_PORT /
