@@ -65,11 +65,11 @@ def _job_dir(image, venv=""):
     return job
 
 
-def _cli(cluster, job, *args):
+def _cli(cluster, job, *args, path=None):
     return cluster.run(
         [sys.executable, "-m", "exatrain.cli.main", *args],
         cwd=job,
-        env={"PATH": twin_env()["PATH"], "PYTHONPATH": ""},
+        env={"PATH": path or twin_env()["PATH"], "PYTHONPATH": ""},
         timeout=240,
     )
 
@@ -98,12 +98,15 @@ def test_two_node_gloo_job_in_the_older_lumi_image_with_its_venv(slurm_cluster):
 
 
 def test_rank_without_exatrain_fails_fast_with_one_hint(slurm_cluster):
-    """The script as `exatrain sbatch` prints it (no submit-time check), in an image without exatrain: every
+    """The script as `exatrain sbatch` prints it where no container runtime is installed (a laptop: the image
+    is not checked, as the note says), submitted by hand on the cluster, in an image without exatrain: every
     rank stops before Python starts the user's script; only rank 0 prints the error and its HINT."""
     image = session_images()["aif"]
     job = _job_dir(image)
-    printed = _cli(slurm_cluster, job, "sbatch", "-c", "job.toml")
+    no_runtime = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    printed = _cli(slurm_cluster, job, "sbatch", "-c", "job.toml", path=no_runtime)
     assert printed.returncode == 0, printed.stderr
+    assert "was not checked" in printed.stderr, printed.stderr
     (job / "runs").mkdir()
     (job / "by-hand.sh").write_text(printed.stdout)
     job_id = slurm_cluster.sbatch(
