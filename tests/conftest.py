@@ -58,6 +58,12 @@ def started_exatrain(args, cwd, env=None):
     try:
         yield proc
     finally:
+        # SIGTERM first: torchrun's agent then stops its workers, which run in sessions of their own and
+        # would outlive a SIGKILL of this group (a hung rank would keep running after the test)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=60)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
