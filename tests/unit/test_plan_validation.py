@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 import statistics
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from exatrain.config import load_config
 from exatrain.slurm.profiles import Hardware
@@ -103,6 +103,22 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def input_row(run: dict) -> str:
+    """One run's row of the page's input table, from the data file."""
+    src, hw = DATA["source"][run["source"]], DATA["hardware"][run["hardware"]]
+    model = " / ".join(str(run[k]) for k in ("dim", "n_layers", "n_heads", "vocab", "seq_len"))
+    if run["dp_shard"] > 1:
+        layout = f"FSDP {run['dp_shard']}"
+    else:
+        layout = f"TP {run['tp']}, DP {run['dp_replicate']}"
+    micro = run["micro_batch"] if run.get("micro_batch_given", True) else "-"
+    return (
+        f"| {run['id']} | [{src['number']}] | {run['gpus']} {hw['name']} | {model} | {layout} | "
+        f"{run['global_batch']} / {micro} | {run['activation_checkpoint']} | "
+        f"{run['measured']:g} {src['unit']} |"
+    )
+
+
 @pytest.fixture(scope="module")
 def records():
     return rows()
@@ -121,6 +137,21 @@ def test_page_prints_the_predictions(records):
     text = PAGE.read_text()
     for line in markdown(records).splitlines():
         assert line in text, f"docs/plan-validation.md lacks (or prints otherwise) the row:\n{line}"
+
+
+def test_page_prints_the_inputs():
+    """The page's input table is the data file the predictions are computed from."""
+    text = PAGE.read_text()
+    for run in DATA["run"]:
+        assert input_row(run) in text, f"docs/plan-validation.md lacks the input row:\n{input_row(run)}"
+
+
+def test_page_prints_the_hardware_constants():
+    """The constants table of the page is the one the predictions use (A100 column, then H100)."""
+    text = PAGE.read_text()
+    a100, h100 = DATA["hardware"]["a100-80gb"], DATA["hardware"]["h100-80gb"]
+    for key in HW_KEYS:
+        assert f"| `{key}` | {a100[key]:g} | {h100[key]:g} |" in text, key
 
 
 def _documented(name: str) -> float:
