@@ -154,6 +154,15 @@ def test_page_prints_the_hardware_constants():
         assert f"| `{key}` | {a100[key]:g} | {h100[key]:g} |" in text, key
 
 
+def test_planning_page_quotes_the_same_figures():
+    """docs/planning.md's summary sentence repeats the validation page's count and errors."""
+    text = " ".join((ROOT / "docs/planning.md").read_text().split())
+    median = round(_documented("median absolute error") * 100)
+    worst = round(_documented("worst absolute error") * 100)
+    expected = f"Compared with {len(DATA['run'])} published runs ([Validation](plan-validation.md))"
+    assert f"{expected} it is too fast by {median} % (median) and up to {worst} %" in text
+
+
 def _documented(name: str) -> float:
     """A figure the page states as 'name: N %' (median absolute error, worst absolute error)."""
     m = re.search(rf"{name}: \*\*(\d+(?:\.\d+)?) %\*\*", PAGE.read_text())
