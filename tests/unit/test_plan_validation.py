@@ -1,0 +1,184 @@
+"""The validation table of `exatrain plan --time` (docs/plan-validation.md): published training runs
+(tests/data/plan_validation.toml) predicted through the plan's own step-time path, compared with the
+measured figures the sources give.
+
+Every prediction goes through `exatrain.tools.plan.search.evaluate`: the trainer's checks (preflight), the
+closed-form shards and collectives of the layout (analytic.py, equal to the measured ones on the layouts of
+tests/unit/test_plan_search.py) and `estimate.step_time`, the same path `--search` ranks layouts with and
+within 0.1 % of `--time` for layouts without pipeline parallelism. The test checks that the page prints
+these predictions (rounded as printed) and fails when the median or worst absolute error grows beyond the
+figures the page documents. It does not reproduce the runs' software (Megatron-LM's fused kernels,
+llm-foundry's FSDP and flash attention); that gap is what the error measures.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from exatrain.config import load_config
+from exatrain.slurm.profiles import Hardware
+from exatrain.tools.plan.search import evaluate, total_params
+from exatrain.train.preflight import preflight
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = tomllib.loads((ROOT / "tests/data/plan_validation.toml").read_text())
+PAGE = ROOT / "docs/plan-validation.md"
+HW_KEYS = ("peak_tflops", "matmul_tflops", "intra_node_busbw_gbs", "inter_node_busbw_gbs", "hbm_gbs")
+
+
+def measured_step_s(run: dict) -> float:
+    """The measured step time of a run, from the figure its source gives (docs/plan-validation.md)."""
+    measure = DATA["source"][run["source"]]["measure"]
+    tokens = run["global_batch"] * run["seq_len"]
+    if measure == "tokens_per_s":
+        return tokens / run["measured"]
+    assert measure == "megatron_tflops"
+    b, s, h, layers, v = run["global_batch"], run["seq_len"], run["dim"], run["n_layers"], run["vocab"]
+    flops = 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    return flops / (run["gpus"] * run["measured"] * 1e12)
+
+
+def predict(run: dict):
+    """exatrain's predicted step (search.evaluate's Layout) for one run's inputs and machine."""
+    hw = DATA["hardware"][run["hardware"]]
+    overrides = [
+        "model.size=xl",
+        f"model.dim={run['dim']}",
+        f"model.n_layers={run['n_layers']}",
+        f"model.n_heads={run['n_heads']}",
+        f"data.seq_len={run['seq_len']}",
+        "train.precision=bf16",
+        f"train.global_batch_size={run['global_batch']}",
+        f"train.micro_batch_size={run['micro_batch']}",
+        f"parallel.tp={run['tp']}",
+        f"parallel.dp_replicate={run['dp_replicate']}",
+        f"parallel.dp_shard={run['dp_shard']}",
+        f"parallel.activation_checkpoint={run['activation_checkpoint']}",
+        f"parallel.param_dtype={'bf16' if run['dp_shard'] > 1 else 'fp32'}",
+    ]
+    cfg = load_config(None, overrides)
+    dims = preflight(cfg, run["gpus"])
+    hardware = Hardware(**{k: float(hw[k]) for k in HW_KEYS})
+    params = total_params(cfg, run["vocab"])
+    return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params)
+
+
+def rows() -> list[dict]:
+    """One record per run: measured and predicted step time, predicted TF/s per GPU, signed error."""
+    out = []
+    for run in DATA["run"]:
+        layout = predict(run)
+        measured = measured_step_s(run)
+        out.append(
+            {
+                "id": run["id"],
+                "measured_s": measured,
+                "predicted_s": layout.step_time_s,
+                "predicted_tflops": layout.tflops_per_gpu,
+                "error": (layout.step_time_s - measured) / measured,
+            }
+        )
+    return out
+
+
+def summary(records: list[dict]) -> tuple[float, float]:
+    """Median and worst absolute relative error of the step time."""
+    errors = [abs(r["error"]) for r in records]
+    return statistics.median(errors), max(errors)
+
+
+def markdown(records: list[dict]) -> str:
+    """The prediction columns as the page prints them (id | measured s | predicted s | TF/s | error)."""
+    lines = []
+    for r in records:
+        lines.append(
+            f"| {r['id']} | {r['measured_s']:.2f} | {r['predicted_s']:.2f} | "
+            f"{r['predicted_tflops']:.0f} | {r['error']:+.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def input_row(run: dict) -> str:
+    """One run's row of the page's input table, from the data file."""
+    src, hw = DATA["source"][run["source"]], DATA["hardware"][run["hardware"]]
+    model = " / ".join(str(run[k]) for k in ("dim", "n_layers", "n_heads", "vocab", "seq_len"))
+    if run["dp_shard"] > 1:
+        layout = f"FSDP {run['dp_shard']}"
+    else:
+        layout = f"TP {run['tp']}, DP {run['dp_replicate']}"
+    micro = run["micro_batch"] if run.get("micro_batch_given", True) else "-"
+    return (
+        f"| {run['id']} | [{src['number']}] | {run['gpus']} {hw['name']} | {model} | {layout} | "
+        f"{run['global_batch']} / {micro} | {run['activation_checkpoint']} | "
+        f"{run['measured']:g} {src['unit']} |"
+    )
+
+
+@pytest.fixture(scope="module")
+def records():
+    return rows()
+
+
+def test_table_has_the_runs_and_publications_the_page_states():
+    """At least 8 runs; 3 measured tables from 2 publications (the issue asks for 3 sources: the page says
+    that this is not met)."""
+    assert len(DATA["run"]) >= 8
+    used = {r["source"] for r in DATA["run"]}
+    assert used <= set(DATA["source"]) and len(used) == 3
+    assert len({DATA["source"][s]["url"] for s in used}) == 2
+
+
+def test_page_prints_the_predictions(records):
+    text = PAGE.read_text()
+    for line in markdown(records).splitlines():
+        assert line in text, f"docs/plan-validation.md lacks (or prints otherwise) the row:\n{line}"
+
+
+def test_page_prints_the_inputs():
+    """The page's input table is the data file the predictions are computed from."""
+    text = PAGE.read_text()
+    for run in DATA["run"]:
+        assert input_row(run) in text, f"docs/plan-validation.md lacks the input row:\n{input_row(run)}"
+
+
+def test_page_prints_the_hardware_constants():
+    """The constants table of the page is the one the predictions use (A100 column, then H100)."""
+    text = PAGE.read_text()
+    a100, h100 = DATA["hardware"]["a100-80gb"], DATA["hardware"]["h100-80gb"]
+    for key in HW_KEYS:
+        assert f"| `{key}` | {a100[key]:g} | {h100[key]:g} |" in text, key
+
+
+def test_planning_page_quotes_the_same_figures():
+    """docs/planning.md's summary sentence repeats the validation page's count and errors."""
+    text = " ".join((ROOT / "docs/planning.md").read_text().split())
+    median = round(_documented("median absolute error") * 100)
+    worst = round(_documented("worst absolute error") * 100)
+    expected = f"Compared with {len(DATA['run'])} published runs ([Validation](plan-validation.md))"
+    assert f"{expected} it is too fast by {median} % (median) and up to {worst} %" in text
+
+
+def _documented(name: str) -> float:
+    """A figure the page states as 'name: N %' (median absolute error, worst absolute error)."""
+    m = re.search(rf"{name}: \*\*(\d+(?:\.\d+)?) %\*\*", PAGE.read_text())
+    assert m, f"docs/plan-validation.md does not state the {name}"
+    return float(m.group(1)) / 100
+
+
+def test_error_does_not_grow_beyond_the_documented_figures(records):
+    median, worst = summary(records)
+    # the page rounds to whole percent: allow that rounding, nothing more
+    assert median <= _documented("median absolute error") + 0.005, median
+    assert worst <= _documented("worst absolute error") + 0.005, worst
+
+
+if __name__ == "__main__":  # print the page's rows and figures: python tests/unit/test_plan_validation.py
+    recs = rows()
+    print(markdown(recs))
+    med, worst = summary(recs)
+    print(f"median {med:.1%} worst {worst:.1%}")
