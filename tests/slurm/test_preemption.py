@@ -34,7 +34,7 @@ ARGS = [
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The metrics of the same training uninterrupted, `exatrain train --nproc=4` here (the three jobs below all
+    """The metrics of the same training uninterrupted, `exatrain train --nproc=4` here (the two jobs below both
     train ARGS' run: one reference serves them)."""
     ref = tmp_path_factory.mktemp("preemption") / "reference"
     r = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=ref.parent)
@@ -132,52 +132,8 @@ micro_batch_size = 8
 [data]
 seq_len = 64
 """
-TORCHRUN_JOB = (
-    """[job]
-nodes = 2
-time = 10
-profile = "{profile}"
-launch = "torchrun"
-signal = "USR2@60"
-"""
-    + TRAIN_TAIL
-)
-
-
-def test_torchrun_mode_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
-    """exatrain's own torchrun-mode script, unedited: the agent forwards USR2 to its workers (exatrain's
-    agent asks torch 2.13's torchrun for --signals-to-handle; docs/torch-versions.md) and exits after their
-    checkpoint; the workers (torchelastic: they never call
-    scontrol, as ranks without SLURM's tools) leave RUN_DIR/requeue-requested, the batch shell requeues, and
-    the requeued job resumes and ends like the uninterrupted reference."""
-    from tests.slurm.test_submit import PROFILE, _exatrain
-
-    profile = tmp_path / "testbed.toml"
-    profile.write_text(PROFILE.format(visibility="gpus-per-node"))
-    config = tmp_path / "job.toml"
-    config.write_text(TORCHRUN_JOB.format(profile=profile, steps=STEPS))
-    run = tmp_path / "runs" / "tr"
-    r = _exatrain(
-        slurm_cluster, "submit", "-c", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    job = r.stdout.split("submitted job ")[1].split()[0]
-    script = (tmp_path / "runs" / "tr.sbatch").read_text()
-    assert "exatrain.launch.agent --handle-signals=SIGUSR2 --shutdown-grace=60 --" in script
-    _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
-    assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
-    _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
-    slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
-    assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
-
-    out = (tmp_path / "runs" / f"exatrain-{job}.out").read_text()
-    assert (
-        "signal SIGUSR2: checkpointing at step" in out and "requeue-requested tells the batch script" in out
-    ), out
-    assert "resumed from" in out, out
-    assert not (run / "requeue-requested").exists()
-
-    _same_steps_as_reference(read_metrics(run / "metrics.jsonl"), reference)
+# torchrun mode (exatrain submit's own script, the agent forwarding the signal): every site twin runs it in
+# tests/slurm/test_twin_training.py, compared step by step with the same uninterrupted-run checks.
 
 
 SRUN_JOB = (

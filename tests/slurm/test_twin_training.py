@@ -43,7 +43,7 @@ from tests.slurm.test_twins import SITES as NETWORKS
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bubblewrap")]
 
-STEPS = 150  # ~0.1 s a step here: the signal must come well before the end, also on an idle machine
+STEPS = 100  # ~0.1 s a step here: the signal must come well before the end, also on an idle machine
 SIGNAL_AT = 3  # the test signals once the run has logged this step (or a later one)
 TRAIN = {
     "steps": STEPS,
@@ -62,6 +62,10 @@ SITES = {
     "juwels-booster": ("juwels-booster", "booster", ["jwb0001", "jwb0002"]),
     "generic": ("generic-nvidia", "generic", ["gen1", "gen2"]),
 }
+# The user's script in a container on JSC runs on the JURECA-DC twin (the same JSC network shape: ib0 and the
+# `i` names): JSC partitions give whole nodes, and the JUWELS Booster twin's two nodes already run its four
+# training jobs one after another.
+PROBE_SITES = {**SITES, "juwels-booster": ("jureca-dc", "dc-gpu", ["jrc1", "jrc2"])}
 # (site, launch) -> the image generation its container job uses: both of LUMI's generations on the LUMI twin
 IMAGES = {
     ("lumi-g", "srun"): ("aif", "run"),
@@ -107,7 +111,7 @@ def _lumi_profile_for_the_twin(where: Path) -> Path:
 
 
 def _job_file(where: Path, site: str, launch: str, box: bool, probe: bool = False) -> str:
-    profile, partition, _ = SITES[site]
+    profile, partition, _ = (PROBE_SITES if probe else SITES)[site]
     lines = [
         "[job]",
         "nodes = 2",
@@ -197,29 +201,38 @@ def _poll(cluster, jobs: dict) -> None:
             j["signalled_at"] = _last_step(j["run"])
     if time.monotonic() - _STATES_AT[0] >= 2:
         _STATES_AT[0] = time.monotonic()
+        records = _all_jobs(cluster)
         for j in pending:
-            _follow(cluster, j)
+            _follow(cluster, j, records.get(j["job"], {}))
 
 
 _STATES_AT = [0.0]
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
-def _follow(cluster, j: dict) -> None:
+def _all_jobs(cluster) -> dict[str, dict[str, str]]:
+    """Every job SLURM knows, one `scontrol show job -o` call: {job id: its fields}."""
+    proc = cluster.run(["scontrol", "show", "job", "-o"], timeout=30)
+    fields = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in proc.stdout.splitlines()]
+    return {f["JobId"]: f for f in fields if "JobId" in f}
+
+
+def _follow(cluster, j: dict, record: dict[str, str]) -> None:
     """Release a requeued job at once (SLURM holds it a while); record a final state and the nodes."""
-    state = cluster.state(j["job"])
+    state = record.get("JobState", "UNKNOWN")
     if state == "PENDING" and j.get("signalled_at") is not None and not j.get("released"):
         cluster.run(["scontrol", "update", f"jobid={j['job']}", "StartTime=now"], check=True)
         j["released"] = True
     elif state in FINAL:
         j["state"] = state
-        j["nodes"] = cluster.job_info(j["job"])[0].get("NodeList", "?")
+        j["nodes"] = record.get("NodeList", "?")
 
 
 @pytest.fixture(scope="module")
 def twin_runs(slurm_cluster, tmp_path_factory):
     """Every case's job submitted at once, signalled, released and waited for: {case: record}."""
-    if not set(slurm_cluster.site_nodes) >= {n for _, _, nodes in SITES.values() for n in nodes}:
+    twins = {n for table in (SITES, PROBE_SITES) for _, _, nodes in table.values() for n in nodes}
+    if not set(slurm_cluster.site_nodes) >= twins:
         pytest.skip("the testbed was started without its site twins (STB_SITES=0)")
     base = tmp_path_factory.mktemp("twin-jobs")
     for kind in {kind for kind, _ in IMAGES.values()}:
@@ -248,6 +261,13 @@ def test_reference_job_requeues_and_ends_like_an_uninterrupted_run(twin_runs, re
     assert "signalled_at" in record, f"the job ended before the test could signal it:\n{out}"
     assert out.count(f"exatrain job {record['job']} ") == 2, out  # the batch script ran twice
     assert "signal SIGUSR2: checkpointing at step" in out and "resumed from" in out, out
+    if (
+        launch == "torchrun"
+    ):  # the agent forwards the signal; the workers leave the requeue to the batch shell
+        script = (record["run"].parent / "t.sbatch").read_text()
+        assert "exatrain.launch.agent --handle-signals=SIGUSR2 --shutdown-grace=60 --" in script
+        assert "requeue-requested tells the batch script" in out, out
+        assert not (record["run"] / "requeue-requested").exists()
     assert expand_nodelist(record["nodes"]) == SITES[site][2], record["nodes"]  # on the twin's two nodes
     if box:
         assert f"container: {session_images()[IMAGES[site, launch][0]]}: torch" in record["submit"]
@@ -266,14 +286,14 @@ def test_reference_job_requeues_and_ends_like_an_uninterrupted_run(twin_runs, re
 @pytest.mark.parametrize("case", [c for c in CASES if c[2]], ids=_case_id)
 def test_users_own_script_in_the_container_uses_the_sites_network(twin_runs, case):
     """A user's gloo script (tests/slurm/twin_probe.py) as the job's command, in the container: completes on
-    the twin's two nodes, the all-reduce sums right, gloo's pairs run over the site's data network and the
+    the twin's two nodes (JSC: the JURECA-DC twin), the all-reduce sums right, gloo's pairs run over the site's data network and the
     store over the network its master address names (as test_twins checks for jobs without a container)."""
     site, launch, _ = case
     record = twin_runs[("probe", *case)]
     out = _job_log(record)
     assert record.get("state") == "COMPLETED", out
     reports = [json.loads((record["where"] / "out" / f"rank-{r}.json").read_text()) for r in range(2)]
-    assert [r["host"] for r in reports] == SITES[site][2], out
+    assert [r["host"] for r in reports] == PROBE_SITES[site][2], out
     assert {r["sum"] for r in reports} == {3.0}
     _, _, data, store_net, _ = NETWORKS[site]
     for report in reports:
