@@ -5,6 +5,8 @@
   that matches applies. LUMI documents different RCCL settings for its ROCm 6 and ROCm 7 images.
 - ``[multi_node_env]``: exported only in jobs of more than one node (``NCCL_NET`` pins the network plugin,
   which is not initialised on one node).
+- ``[container_env]``: exported only in jobs with a container, as the site's container bindings module sets
+  it (LUMI's lumi-aif-singularity-bindings: ``SLURM_MPI_TYPE=pmi2``).
 - ``--network=disable_rdzv_get`` is derived, never configured: it is rendered exactly when the job's
   environment asks libfabric's CXI provider for the ``alt_read`` rendezvous protocol, which needs the NIC's
   rendezvous GET disabled for the job (libfabric fi_cxi(7); HPE's RCCL guide).
@@ -44,13 +46,17 @@ def preset_for(image: str, presets: tuple[Preset, ...]) -> Preset | None:
     return next((p for p in presets if p.matches(image)), None)
 
 
-def job_env(comm_env, presets, multi_node_env, image: str, nodes: int) -> list[tuple[str, str]]:
-    """Every preset a job exports, in order: the site's [comm_env], its generation's [[presets]] env, and on
-    more than one node [multi_node_env] (later ones win, as in the script)."""
+def job_env(
+    comm_env, presets, multi_node_env, image: str, nodes: int, container_env=()
+) -> list[tuple[str, str]]:
+    """Every preset a job exports, in order: the site's [comm_env], its generation's [[presets]] env, on more
+    than one node [multi_node_env], and in a container job [container_env] (later ones win, as in the
+    script)."""
     preset = preset_for(image, presets)
     env = dict(comm_env)
     env.update(preset.env if preset else ())
     env.update(multi_node_env if nodes > 1 else ())
+    env.update(container_env if image else ())
     return list(env.items())
 
 

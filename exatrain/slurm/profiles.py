@@ -127,6 +127,11 @@ class SiteProfile:
     multi_node_env: tuple[tuple[str, str], ...] = _f(
         "Exported only in jobs of more than one node (NCCL_NET).", ()
     )
+    container_env: tuple[tuple[str, str], ...] = _f(
+        "Exported only in jobs with a container: what the site's container bindings module sets besides its "
+        "binds (LUMI: SLURM_MPI_TYPE).",
+        (),
+    )
     hardware: Hardware | None = field(
         default=None,
         metadata={
@@ -225,11 +230,13 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProf
 
 
 def _job_dependent_env(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """[[presets]] and [multi_node_env] (exatrain.slurm.presets): presets that depend on the job."""
+    """[[presets]], [multi_node_env] and [container_env] (exatrain.slurm.presets): presets that depend on the
+    job."""
     check_single_node_safe(_str_table(data, "comm_env", source), f"{source}: [comm_env]")
     return {
         "presets": parse_presets(data.get("presets"), source, _str_table),
         "multi_node_env": _str_table(data, "multi_node_env", source),
+        "container_env": _str_table(data, "container_env", source),
     }
 
 

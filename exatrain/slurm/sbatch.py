@@ -122,10 +122,15 @@ def _network_flags(spec: JobSpec, profile: SiteProfile) -> list[str]:
 
 
 def _comm_env(spec: JobSpec, profile: SiteProfile) -> list[tuple[str, str]]:
-    """The profile's presets for this job: [comm_env], its container generation's [[presets]] env and, on more
-    than one node, [multi_node_env]."""
+    """The profile's presets for this job: [comm_env], its container generation's [[presets]] env, on more
+    than one node [multi_node_env], and in a container job [container_env]."""
     return job_env(
-        profile.comm_env, profile.presets, profile.multi_node_env, spec.container_image, spec.nodes
+        profile.comm_env,
+        profile.presets,
+        profile.multi_node_env,
+        spec.container_image,
+        spec.nodes,
+        profile.container_env,
     )
 
 
@@ -249,6 +254,12 @@ def _comm_env_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
         lines.append(
             f"# {names}: only in jobs of more than one node"
             + (" (this one)." if spec.nodes > 1 else ": not exported here.")
+        )
+    if profile.container_env:
+        names = ", ".join(k for k, _ in profile.container_env)
+        lines.append(
+            f"# {names}: only in jobs with a container, as the site's container bindings module sets it"
+            + (" (this one)." if spec.container_image else ": not exported here.")
         )
     return lines + [f"export {k}={shlex.quote(v)}" for k, v in env]
 

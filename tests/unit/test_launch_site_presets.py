@@ -194,3 +194,23 @@ def test_a_job_without_the_plugin_overrides_the_pin_with_nccl_socket():
     text = _lumi(nodes=2, env=(("NCCL_NET", "Socket"),))
     exports = [line for line in text.splitlines() if line.startswith("export NCCL_NET=")]
     assert exports == ["export NCCL_NET='AWS Libfabric'", "export NCCL_NET=Socket"]  # the last one counts
+
+
+@pytest.mark.parametrize("image", ["", OLD, ROCM64, ROCM7])
+def test_lumi_container_jobs_set_what_the_bindings_module_sets(image):
+    """Issue 22 item 4: lumi-aif-singularity-bindings sets SLURM_MPI_TYPE=pmi2 besides its binds; container
+    jobs of either image generation export it before their sruns, a job without a container does not."""
+    text = _lumi(container_image=image, nodes=2)
+    exported = _exports(text).get("SLURM_MPI_TYPE")
+    assert exported == ("pmi2" if image else None)
+    if image:
+        first_srun = text.index("\nsrun ")
+        assert text.index("export SLURM_MPI_TYPE=pmi2") < first_srun
+
+
+def test_container_env_is_only_for_container_jobs_in_every_profile():
+    """A profile's [container_env] never leaks into a job without a container."""
+    for name in bundled_profiles():
+        profile = load_profile(name)
+        text = render_sbatch(JobSpec(nodes=2), profile, "runs/x")
+        assert not set(dict(profile.container_env)) & set(_exports(text)), name
