@@ -271,6 +271,8 @@ def test_reference_job_requeues_and_ends_like_an_uninterrupted_run(twin_runs, re
     assert expand_nodelist(record["nodes"]) == SITES[site][2], record["nodes"]  # on the twin's two nodes
     if box:
         assert f"container: {session_images()[IMAGES[site, launch][0]]}: torch" in record["submit"]
+        if site == "lumi-g":  # what LUMI's bindings module sets: srun starts the steps with PMI-2
+            assert "export SLURM_MPI_TYPE=pmi2" in (record["run"].parent / "t.sbatch").read_text()
         assert "Traceback" not in out, out
 
     records = [m for m in read_metrics(record["run"] / "metrics.jsonl") if m["kind"] == "train"]
