@@ -23,6 +23,8 @@ def _draw(monkeypatch, worker: str | None, n: int) -> list[int]:
 def test_workers_draw_from_disjoint_blocks_no_one_else_uses(monkeypatch):
     low, _high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     derived_low = inspect.signature(derive_port).parameters["low"].default  # rendezvous ports of SLURM jobs
+    # the blocks themselves, whatever this machine's other sockets hold now (earlier tests leave TIME_WAIT)
+    monkeypatch.setattr(ports, "_in_use", lambda port: False)
     drawn = {w: set(_draw(monkeypatch, w, 500)) for w in ("gw0", "gw1", None)}
     assert [len(d) for d in drawn.values()] == [500, 500, 500]  # a whole block, no port twice
     assert not drawn["gw0"] & drawn["gw1"] and not (drawn["gw0"] | drawn["gw1"]) & drawn[None]
@@ -32,6 +34,8 @@ def test_workers_draw_from_disjoint_blocks_no_one_else_uses(monkeypatch):
 
 def test_a_port_in_use_is_skipped(monkeypatch):
     first = _draw(monkeypatch, "gw1", 1)[0]  # a fresh draw in this process starts there again
+    real = ports._in_use  # the real check for the busy port; the block's others as if free (the other
+    monkeypatch.setattr(ports, "_in_use", lambda port: port == first and real(port))  # worker uses them)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", first))
         busy.listen()
