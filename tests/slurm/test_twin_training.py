@@ -62,10 +62,9 @@ SITES = {
     "juwels-booster": ("juwels-booster", "booster", ["jwb0001", "jwb0002"]),
     "generic": ("generic-nvidia", "generic", ["gen1", "gen2"]),
 }
-# The user's script in a container on JSC runs on the JURECA-DC twin (the same JSC network shape: ib0 and the
-# `i` names): JSC partitions give whole nodes, and the JUWELS Booster twin's two nodes already run its four
-# training jobs one after another.
-PROBE_SITES = {**SITES, "juwels-booster": ("jureca-dc", "dc-gpu", ["jrc1", "jrc2"])}
+# The user's script in a container runs on every twin, the JURECA-DC one too (JSC's network shape: ib0 and
+# the `i` names)
+PROBE_SITES = {**SITES, "jureca-dc": ("jureca-dc", "dc-gpu", ["jrc1", "jrc2"])}
 # (site, launch) -> the image generation its container job uses: both of LUMI's generations on the LUMI twin
 IMAGES = {
     ("lumi-g", "srun"): ("aif", "run"),
@@ -76,6 +75,9 @@ IMAGES = {
     ("generic", "torchrun"): ("aif", "exec"),
 }
 CASES = [(site, launch, box) for site in SITES for launch in ("srun", "torchrun") for box in (False, True)]
+PROBES = [(site, launch, True) for site in PROBE_SITES for launch in ("srun", "torchrun")]
+IMAGES |= {("jureca-dc", "srun"): ("aif", "exec"), ("jureca-dc", "torchrun"): ("aif", "exec")}
+NETWORKS = {**NETWORKS, "jureca-dc": NETWORKS["juwels-booster"]}  # the same JSC twin networks
 
 
 def _case_id(case) -> str:
@@ -238,7 +240,7 @@ def twin_runs(slurm_cluster, tmp_path_factory):
     for kind in {kind for kind, _ in IMAGES.values()}:
         session_venv(kind)  # made once, before the first job starts
     jobs: dict = {}
-    for key in [*CASES, *(("probe", *case) for case in CASES if case[2])]:
+    for key in [*CASES, *(("probe", *case) for case in PROBES)]:
         # each submit takes seconds (the image check): the jobs already running are followed meanwhile
         probe = key[0] == "probe"
         jobs[key] = _submit(slurm_cluster, key[1:] if probe else key, base, probe=probe)
@@ -285,10 +287,10 @@ def test_reference_job_requeues_and_ends_like_an_uninterrupted_run(twin_runs, re
     assert abs(final - [m for m in reference if m["kind"] == "eval"][-1]["loss"]) <= 1e-5
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[2]], ids=_case_id)
+@pytest.mark.parametrize("case", PROBES, ids=_case_id)
 def test_users_own_script_in_the_container_uses_the_sites_network(twin_runs, case):
     """A user's gloo script (tests/slurm/twin_probe.py) as the job's command, in the container: completes on
-    the twin's two nodes (JSC: the JURECA-DC twin), the all-reduce sums right, gloo's pairs run over the site's data network and the
+    the twin's two nodes, the all-reduce sums right, gloo's pairs run over the site's data network and the
     store over the network its master address names (as test_twins checks for jobs without a container)."""
     site, launch, _ = case
     record = twin_runs[("probe", *case)]
