@@ -249,19 +249,21 @@ def _comm_env_lines(spec: JobSpec, profile: SiteProfile) -> list[str]:
     if preset:
         lines.append(f"# Container generation: {preset.name}.")
         lines += [f"# Source: {preset.source}"] if preset.source else []
-    if profile.multi_node_env:
-        names = ", ".join(k for k, _ in profile.multi_node_env)
-        lines.append(
-            f"# {names}: only in jobs of more than one node"
-            + (" (this one)." if spec.nodes > 1 else ": not exported here.")
-        )
-    if profile.container_env:
-        names = ", ".join(k for k, _ in profile.container_env)
-        lines.append(
-            f"# {names}: only in jobs with a container, as the site's container bindings module sets it"
-            + (" (this one)." if spec.container_image else ": not exported here.")
-        )
+    lines += _only_in(profile.multi_node_env, "jobs of more than one node", spec.nodes > 1)
+    lines += _only_in(
+        profile.container_env,
+        "jobs with a container, as the site's container bindings module sets it",
+        bool(spec.container_image),
+    )
     return lines + [f"export {k}={shlex.quote(v)}" for k, v in env]
+
+
+def _only_in(env: tuple[tuple[str, str], ...], jobs: str, this_one: bool) -> list[str]:
+    """The comment naming presets that only some jobs export, and whether this job does."""
+    if not env:
+        return []
+    names = ", ".join(k for k, _ in env)
+    return [f"# {names}: only in {jobs}" + (" (this one)." if this_one else ": not exported here.")]
 
 
 def _container(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> list[str]:
