@@ -160,9 +160,12 @@ class SlurmCluster:
             )
         return proc.stdout.strip().split(";")[0]
 
-    def job_info(self, job_id: str | int) -> list[dict[str, str]]:
-        """``scontrol show job -o`` parsed into one dict per record (array tasks: several)."""
-        proc = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30)
+    def job_info(self, job_id: str | int | None = None) -> list[dict[str, str]]:
+        """``scontrol show job -o`` parsed into one dict per record (array tasks: several; no job id: every job
+        SLURM knows)."""
+        proc = self.run(
+            ["scontrol", "show", "job", "-o", *([] if job_id is None else [str(job_id)])], timeout=30
+        )
         if proc.returncode != 0:
             return []
         records = []

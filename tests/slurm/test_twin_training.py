@@ -37,6 +37,8 @@ from exatrain.observe import read_metrics
 from exatrain.slurm.profiles import load_profile
 from tests.conftest import run_exatrain
 from tests.containers.images import session_images, session_venv, session_workspace, twin_env
+from tests.slurm.conftest import TERMINAL_STATES
+from tests.slurm.test_preemption import _last_step
 from tests.slurm.test_submit import ROOT, _exatrain
 from tests.slurm.test_twins import PROBE, _split
 from tests.slurm.test_twins import SITES as NETWORKS
@@ -173,15 +175,6 @@ def _submit(cluster, case, base: Path, probe: bool = False) -> dict:
     return {**record, "signalled_at": None} if probe else record  # the user's script is not signalled
 
 
-def _last_step(run: Path) -> int:
-    try:
-        return max(
-            (m["step"] for m in read_metrics(run / "metrics.jsonl") if m["kind"] == "train"), default=0
-        )
-    except (OSError, ValueError):
-        return 0
-
-
 def _drive(cluster, jobs: dict, timeout: float = 900) -> None:
     """Poll until every job reached a final state (see _poll)."""
     deadline = time.monotonic() + timeout
@@ -198,9 +191,9 @@ def _poll(cluster, jobs: dict) -> None:
     states. Each job's record gets 'state', 'nodes' and 'signalled_at'."""
     pending = [j for j in jobs.values() if "state" not in j]
     for j in pending:
-        if "signalled_at" not in j and _last_step(j["run"]) >= SIGNAL_AT:
+        if "signalled_at" not in j and _last_step(j["run"] / "metrics.jsonl") >= SIGNAL_AT:
             assert cluster.run(["scancel", "-s", "USR2", j["job"]]).returncode == 0
-            j["signalled_at"] = _last_step(j["run"])
+            j["signalled_at"] = _last_step(j["run"] / "metrics.jsonl")
     if time.monotonic() - _STATES_AT[0] >= 2:
         _STATES_AT[0] = time.monotonic()
         records = _all_jobs(cluster)
@@ -209,14 +202,11 @@ def _poll(cluster, jobs: dict) -> None:
 
 
 _STATES_AT = [0.0]
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
 def _all_jobs(cluster) -> dict[str, dict[str, str]]:
     """Every job SLURM knows, one `scontrol show job -o` call: {job id: its fields}."""
-    proc = cluster.run(["scontrol", "show", "job", "-o"], timeout=30)
-    fields = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in proc.stdout.splitlines()]
-    return {f["JobId"]: f for f in fields if "JobId" in f}
+    return {f["JobId"]: f for f in cluster.job_info() if "JobId" in f}
 
 
 def _follow(cluster, j: dict, record: dict[str, str]) -> None:
@@ -225,7 +215,7 @@ def _follow(cluster, j: dict, record: dict[str, str]) -> None:
     if state == "PENDING" and j.get("signalled_at") is not None and not j.get("released"):
         cluster.run(["scontrol", "update", f"jobid={j['job']}", "StartTime=now"], check=True)
         j["released"] = True
-    elif state in FINAL:
+    elif state in TERMINAL_STATES:
         j["state"] = state
         j["nodes"] = record.get("NodeList", "?")
 
