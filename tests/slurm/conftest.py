@@ -90,6 +90,34 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"({path} unreadable)"
 
 
+def _job_pids(job_id: str) -> list[int]:
+    """The Python processes on this machine that run in SLURM job ``job_id`` (SLURM_JOB_ID in their environment)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"SLURM_JOB_ID={job_id}".encode() in environ and b"python" in cmdline:
+            pids.append(int(proc.name))
+    return sorted(pids)
+
+
+def _py_spy(pid: int) -> str:
+    """py-spy's dump of a process's Python threads (installed with the test extra), or why there is none."""
+    spy = Path(sys.executable).parent / "py-spy"
+    try:
+        done = subprocess.run(
+            [str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"(no dump: {e})"
+    return done.stdout + done.stderr
+
+
 class SlurmCluster:
     """Handle on the running testbed. All commands run with :attr:`env` (SLURM_CONF set)."""
 
@@ -192,11 +220,31 @@ class SlurmCluster:
             if state != "UNKNOWN" and all(s in TERMINAL_STATES for s in state.split(",")):
                 return state
             if time.monotonic() > deadline:
+                report = self.stuck_report(job_id)  # before scancel: the stacks of the ranks still running
+                self.run(
+                    ["scancel", str(job_id)], timeout=30
+                )  # a stuck job must not hold nodes for later tests
                 raise TimeoutError(
                     f"job {job_id} still {state} after {timeout} s\n"
-                    f"{self.run(['squeue'], timeout=30).stdout}\n{self.log_tail()}"
+                    f"{self.run(['squeue'], timeout=30).stdout}\n{report}\n{self.log_tail()}"
                 )
             time.sleep(0.5)
+
+    def stuck_report(self, job_id: str | int) -> str:
+        """For a job that did not finish: each unfinished task's output tail and the Python stacks (py-spy) of
+        its processes, so that a hang seen once in CI can be diagnosed from the CI log alone."""
+        parts = []
+        for record in self.job_info(job_id):
+            if record.get("JobState") in TERMINAL_STATES:
+                continue
+            task = record.get("JobId", "?")
+            parts.append(
+                f"--- job {task} output ({record.get('StdOut')})\n{_tail(Path(record.get('StdOut', '-')))}"
+            )
+            parts.extend(
+                f"--- py-spy dump of pid {pid} (job {task})\n{_py_spy(pid)}" for pid in _job_pids(task)
+            )
+        return "\n".join(parts)
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of every daemon log, for assertion messages."""
