@@ -28,10 +28,11 @@ Substituted, and nothing else (SUBSTITUTIONS, PRELUDE and FAST below; docs/sites
   and a short training (FAST: 6 steps, seq_len 16, no evaluation); `exatrain doctor` gets --device=cpu and
   `srun --ntasks-per-node=N` becomes one task per node: the twins' GPUs are declared to SLURM, not real
   (blocks whose note says "gpu" are the ones that need a real GPU on the site).
-- The login node: exatrain for LUMI's login node is this checkout's .venv (LUMI's guide installs it with
-  cray-python, which needs PyPI: that block is not-in-ci); JSC's blocks install exatrain themselves into a
-  fresh venv over the module's torch, from a fresh copy of this checkout's tracked files (the session's
-  folder).
+- `module load cray-python` (LUMI) puts the Python this test venv was made from first on PATH.
+- The login node: every page installs exatrain itself, as written, from a fresh copy of this checkout's tracked
+  files (the session's folder; LUMI's under the twin's /project/<project>): JSC's into a venv over the module's
+  torch, LUMI's into a torch-free venv in ~/exatrain-login (HOME is a fresh folder; python-hostlist, rich and
+  the build's setuptools come from PyPI, which CI reaches). This test venv's exatrain is not on PATH.
 
 Not reproduced: GPUs, RCCL/NCCL and the fabrics (the twins' gloo on CPU; docs/sites/twins.md), SIF images
 (the container twin runs image trees; docs/sites/containers.md), the sites' real module trees and Python.
@@ -126,6 +127,7 @@ module() {  # the twin's Lmod: see tests/slurm/test_site_guides.py
     case "$m" in
       PyTorch*) export PYTHONPATH="$TWIN_TORCH${PYTHONPATH:+:$PYTHONPATH}" ;;
       lumi-aif-singularity-bindings*) export SINGULARITY_BIND="$TWIN_BINDS" ;;
+      cray-python*) export PATH="$TWIN_PYTHON:$PATH" ;;
     esac
   done
 }
@@ -144,12 +146,8 @@ def _twin_profile(folder: Path) -> Path:
 
 
 def _session_folder(page: str, base: Path) -> Path:
-    """LUMI: a folder in /scratch/<project> (a link into /pfs); JSC: a fresh copy of this checkout."""
-    if page == "lumi-g":
-        folder = session_workspace()["scratch"] / "guide"
-        folder.mkdir(exist_ok=True)
-        return folder
-    folder = base / page / "exatrain"
+    """A fresh copy of this checkout's tracked files: LUMI's in /project/<project> (a link into /pfs)."""
+    folder = session_workspace()["project"] / "exatrain" if page == "lumi-g" else base / page / "exatrain"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for name in filter(None, files.decode().split("\0")):
         if (ROOT / name).is_file():
@@ -163,11 +161,14 @@ def _session_env(cluster, page: str, jsc_project: Path) -> dict[str, str]:
     env = dict(cluster.env)  # the cluster's SLURM_CONF, no variables of an enclosing job
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = twin_env()["PATH"]  # the container twin's singularity/apptainer, this venv's bin
-    path = env["PATH"].split(":")
-    if page != "lumi-g":  # JSC: exatrain only from the venv the guide creates
-        path = [p for p in path if p != str(Path(sys.executable).parent)]
+    # exatrain only from the venv the guide creates
+    path = [p for p in env["PATH"].split(":") if p != str(Path(sys.executable).parent)]
+    home = session_root() / f"home-{page}"
+    home.mkdir(exist_ok=True)
     env.update(
         PATH=":".join(path),
+        HOME=str(home),
+        TWIN_PYTHON=str(Path(sys.base_prefix) / "bin"),
         TWIN_TORCH=_site_packages(),
         TWIN_BINDS=",".join(str(ws[k]) for k in ("pfs_root", "scratch_root", "project_root", "flash_root")),
         PROJECT=str(jsc_project),
@@ -289,7 +290,7 @@ def test_guide_jobs_train_one_rank_per_node(guide_runs, slurm_cluster, page):
 def test_twin_blocks_are_exactly_the_marked_ones():
     """The convention shared with tests/e2e/test_readme.py: every bash block of a guide is either a
     `<!-- twin: SITE -->` block of its own site (run here, left out by test_readme.py) or marked not-in-ci
-    with a reason (only LUMI's login-node install); each block that trains or runs the doctor says that it
+    with a reason (none is); each block that trains or runs the doctor says that it
     needs a GPU on the site (`gpu: ...`)."""
     from tests.e2e.test_readme import RUNNABLE, _blocks
 
@@ -300,7 +301,7 @@ def test_twin_blocks_are_exactly_the_marked_ones():
         bash = [b for b in _blocks(name) if b["lang"] == "bash"]
         skipped = [b for b in bash if b["reason"] and not b["twin"]]
         assert len(bash) == len(blocks) + len(skipped), f"{name}: a bash block is neither twin nor not-in-ci"
-        assert len(skipped) == (1 if page == "lumi-g" else 0), [b["body"] for b in skipped]
+        assert not skipped, [b["body"] for b in skipped]
         for b in blocks:
             needs_gpu = "exatrain submit" in b["body"] or "exatrain doctor" in b["body"]
             assert needs_gpu == (b["note"] or "").startswith("gpu:"), (name, b["body"])
