@@ -329,6 +329,11 @@ class JobConfig:
         "none. It reaches every rank and must be one of checkpoint.signals; the lead time "
         "must lie inside job.time (B: is refused: nothing forwards it).",
     )
+    hang_requeues: int = doc(
+        0,
+        "When the ranks stop on a hang (exit code 76, docs/hangs.md): requeue the job at most this many "
+        "times, without the node(s) the diagnosis blames; 0 = the job ends with code 76.",
+    )
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,13 @@ def job_end_time(environ: Mapping[str, str] | None = None) -> float | None:
         return None
 
 
+def node_name(environ: Mapping[str, str] | None = None) -> str:
+    """This rank's node as the scheduler names it (SLURMD_NODENAME: what `--exclude` takes; a host name may be
+    a longer form of it), else the host name."""
+    environ = os.environ if environ is None else environ
+    return environ.get("SLURMD_NODENAME", "").strip() or socket.gethostname()
+
+
 def run_token(environ: Mapping[str, str] | None = None) -> str:
     """A name the ranks of one launch share without talking (torchrun's run id, else the SLURM job step, else
     the rendezvous address): the watcher ignores files an earlier run left in the same run directory."""

@@ -25,11 +25,12 @@ import traceback
 from pathlib import Path
 
 from exatrain.config.validate import check_hang_timeout
-from exatrain.env.watch import run_token
+from exatrain.env.watch import node_name, run_token
 from exatrain.errors import EXIT_HANG
 from exatrain.launch.stacks import pyspy_path
 from exatrain.observe import heartbeat
-from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, where
+from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, suspect_nodes, where
+from exatrain.slurm.requeue import HANG_EXCLUDE
 
 _active: HangWatcher | None = None
 #: the timeout value that asks for a derived one (heartbeat.derived_timeout_s)
@@ -59,6 +60,7 @@ class HangWatcher:
         self.auto_floor_s = check_hang_timeout(auto_floor_s, "hang timeout floor")
         self.timeout_s = None if self.auto else check_hang_timeout(timeout_s, "hang timeout")
         self.rank, self.world_size, self.host, self.pid = rank, world_size, host, os.getpid()
+        self.node = node_name()  # the scheduler's name of this node (what a requeue excludes)
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "hang" / f"attempt-{attempt}"
         self.interval = min(5.0, max(0.5, (self.timeout_s or self.auto_floor_s) / 8))
@@ -146,6 +148,7 @@ class HangWatcher:
             {
                 "rank": self.rank,
                 "host": self.host,
+                "node": self.node,
                 "pid": self.pid,
                 "token": self.token,
                 "step": p.step,
@@ -212,6 +215,7 @@ class HangWatcher:
             {
                 "rank": self.rank,
                 "host": self.host,
+                "node": self.node,
                 "pid": self.pid,
                 "token": self.token,
                 "step": p.step,
@@ -246,13 +250,21 @@ class HangWatcher:
         for r, beat in stopped.items():
             if beat.get("host") == self.host:
                 beat["where"] = _pyspy_where(beat["pid"], self._path("stacks", r, "txt"))
+        suspects = suspect_nodes(reports, stopped)
         self.diagnosis = diagnose(reports, stopped, self.world_size, self.timeout_s) + (
             f" Every rank's stacks: {self.dir}/stacks-rank-N.txt; this text: "
             f"{self.run_dir / 'hang' / 'diagnosis.txt'}. The ranks exit with code {EXIT_HANG}: the launcher "
             "stops the job (or restarts it, with restarts allowed)."
         )
+        if suspects:
+            self.diagnosis += (
+                f" Suspect node(s): {','.join(suspects)} (a SLURM job with job.hang_requeues is requeued "
+                "without them)."
+            )
         for path in (self.dir / "diagnosis.txt", self.run_dir / "hang" / "diagnosis.txt"):
             path.write_text(self.diagnosis + "\n")
+        # last: its existence tells the batch script that this launch ended on a hang (after the diagnosis)
+        (self.run_dir / HANG_EXCLUDE).write_text(",".join(suspects) + "\n")
         _say(self.diagnosis)
 
     def _await_diagnosis(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from exatrain.launch.stacks import pyspy_frames, stall_frame, where
 
-__all__ = ["diagnose", "pyspy_frames", "stall_frame", "where"]
+__all__ = ["culprit_ranks", "diagnose", "pyspy_frames", "stall_frame", "suspect_nodes", "where"]
 
 
 def _ranks(ranks) -> str:
@@ -33,14 +33,29 @@ def _waiting_and_behind(reports: dict[int, dict]) -> tuple[list[int], list[int],
     return waiting, behind, newest
 
 
+def culprit_ranks(reports: dict[int, dict], stopped: dict[int, dict]) -> list[int]:
+    """The ranks the hang is blamed on: stopped ones, then those that never entered the newest collective,
+    else (no flight recorder data) the ones at the lowest step or with the longest stall."""
+    _, behind, _ = _waiting_and_behind(reports)
+    culprits = sorted(stopped) + [r for r in behind if r not in stopped]
+    return culprits or _oldest(reports)
+
+
+def suspect_nodes(reports: dict[int, dict], stopped: dict[int, dict]) -> list[str]:
+    """The nodes of the culprit ranks, for a requeue that excludes them; none when they are every node heard
+    from (a job that excluded all its nodes could never run again)."""
+    heard = {**stopped, **reports}
+    node = {r: rep.get("node") or rep.get("host") for r, rep in heard.items()}
+    bad = {node[r] for r in culprit_ranks(reports, stopped) if node.get(r)}
+    return sorted(bad) if bad and bad < set(node.values()) else []
+
+
 def diagnose(reports: dict[int, dict], stopped: dict[int, dict], world_size: int, timeout_s: float) -> str:
     """One paragraph naming the stalled rank(s), their host, pid, step, phase and stall line, and what the
     others wait in. `reports`: rank -> its watcher's report; `stopped`: rank -> the last heartbeat of a rank
     whose watcher stopped writing (SIGSTOP, a process holding the GIL, a dead node)."""
-    waiting, behind, newest = _waiting_and_behind(reports)
-    culprits = sorted(stopped) + [r for r in behind if r not in stopped]
-    if not culprits:
-        culprits = _oldest(reports)
+    waiting, _, newest = _waiting_and_behind(reports)
+    culprits = culprit_ranks(reports, stopped)
     parts = [_describe(r, reports.get(r) or stopped[r], r in stopped) for r in culprits]
     others = [r for r in waiting if r not in culprits]
     text = "; ".join(parts)

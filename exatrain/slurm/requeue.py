@@ -18,6 +18,13 @@ EXIT_REQUEUE = 75  # EX_TEMPFAIL: "try again later"
 #: committed; the batch script (and `exatrain train --nproc`) act on it and remove it.
 REQUEUE_MARKER = "requeue-requested"
 
+#: File in the run directory the hang diagnosis writes (see observe.hang): the node(s) it blames, comma-
+#: separated, or an empty line. Its existence says "this launch stopped on a hang" where the exit code (76)
+#: cannot (torchrun's agent); with job.hang_requeues the batch script requeues the job without those nodes.
+HANG_EXCLUDE = "hang/exclude"
+#: File in the run directory with one line per requeue after a hang: the job id (job.hang_requeues caps them per job).
+HANG_REQUEUES = "hang/requeues"
+
 #: The signals torchrun's agent handles by default (torch 2.13); others (USR2) kill it.
 AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from exatrain.env.nics import GLOO_IFNAME
+from exatrain.errors import EXIT_HANG
 from exatrain.slurm.binding import cpu_binding
 from exatrain.slurm.container_env import entry_words
 from exatrain.slurm.presets import job_env, network_flag, preset_for
@@ -24,7 +25,7 @@ from exatrain.slurm.rank_command import (
     wrap_in_exatrain_run,
 )
 from exatrain.slurm.rendezvous import rendezvous_words
-from exatrain.slurm.requeue import EXIT_REQUEUE, REQUEUE_MARKER
+from exatrain.slurm.requeue import EXIT_REQUEUE, HANG_EXCLUDE, HANG_REQUEUES, REQUEUE_MARKER
 from exatrain.slurm.spec import JobSpec
 from exatrain.slurm.sweep import Sweep
 from exatrain.slurm.torchrun_line import agent_start, agent_start_note
@@ -369,8 +370,43 @@ def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
 
 def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     body = (_launch_torchrun if spec.launch == "torchrun" else _launch_srun)(spec, profile, rank)
-    stale = f'rm -f -- "$RUN_DIR"/{REQUEUE_MARKER}  # left by an earlier run: only this one\'s counts'
-    return stale + "\nrc=0\n" + body + " || rc=$?\n\n" + _REQUEUE_TAIL.rstrip("\n")
+    markers = [REQUEUE_MARKER, *([HANG_EXCLUDE] if spec.hang_requeues else [])]
+    stale_files = " ".join(f'"$RUN_DIR"/{m}' for m in markers)
+    stale = f"rm -f -- {stale_files}  # left by an earlier run: only this one's counts"
+    hang = _HANG_TAIL.replace("@N@", str(spec.hang_requeues)) if spec.hang_requeues else ""
+    return stale + "\nrc=0\n" + body + " || rc=$?\n\n" + hang + _REQUEUE_TAIL.rstrip("\n")
+
+
+_HANG_TAIL = f"""# Exit code {EXIT_HANG} (or, under torchrun, the file RUN_DIR/{HANG_EXCLUDE} the diagnosis writes): a rank hung
+# and every rank stopped (RUN_DIR/hang/diagnosis.txt). job.hang_requeues = @N@: requeue the job, at most @N@
+# time(s) for hangs, without the node(s) the diagnosis names in that file. SLURM changes a job's excluded
+# nodes only while it is pending: requeue it held, update it, release it; TERM is ignored meanwhile (the
+# requeue's kill would end this shell between the steps).
+if [ "$rc" -eq {EXIT_HANG} ] || [ -e "$RUN_DIR"/{HANG_EXCLUDE} ]; then
+    hung=$(( $(grep -cx "$SLURM_JOB_ID" "$RUN_DIR"/{HANG_REQUEUES} 2>/dev/null || true) + 1 ))  # this job's
+    bad=$(cat "$RUN_DIR"/{HANG_EXCLUDE} 2>/dev/null || true)
+    rm -f -- "$RUN_DIR"/{HANG_EXCLUDE}
+    if [ "$hung" -gt @N@ ]; then
+        echo "exatrain: job $SLURM_JOB_ID stopped on a hang again; job.hang_requeues = @N@ used up." >&2
+    else
+        mkdir -p "$RUN_DIR"/hang && echo "$SLURM_JOB_ID" >> "$RUN_DIR"/{HANG_REQUEUES}
+        trap '' TERM
+        if scontrol requeuehold "$SLURM_JOB_ID"; then
+            if [ -n "$bad" ]; then
+                old=$(scontrol show job "$SLURM_JOB_ID" | grep -o 'ExcNodeList=[^ ]*' | cut -d= -f2 || true)
+                [ "$old" != "(null)" ] || old=""
+                scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${{old:+$old,}}$bad" ||
+                    echo "exatrain: could not exclude $bad from job $SLURM_JOB_ID" >&2
+            fi
+            scontrol release "$SLURM_JOB_ID"
+            echo "exatrain: job $SLURM_JOB_ID requeued after a hang (${{bad:-no node}} excluded)" >&2
+        else
+            echo "exatrain: SLURM refused to requeue job $SLURM_JOB_ID after the hang; its checkpoints are kept." >&2
+        fi
+    fi
+fi
+
+"""
 
 
 _REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE} (or, under torchrun, whose agent exits 1 after forwarding a signal, the file

@@ -160,6 +160,11 @@ class JobSpec(JobConfig):
                     f"job.{key} must be >= 0, got {getattr(self, key)}",
                     "use 0 for the profile's default or a positive number",
                 )
+        if self.hang_requeues < 0:
+            raise ConfigError(
+                f"job.hang_requeues must be >= 0, got {self.hang_requeues}",
+                "use 0 (a hang ends the job) or the number of requeues after hangs to allow, e.g. 1",
+            )
         if self.launch not in LAUNCH_MODES:
             raise ConfigError(
                 f"job.launch = {self.launch!r} is not a launch mode",
