@@ -230,6 +230,13 @@ class ObserveConfig:
         "Sample every GPU of each node (local rank 0) this often into "
         "RUN_DIR/monitor/HOST.jsonl, summarised at the end; 0 = off.",
     )
+    straggler_ratio: float = doc(
+        1.2,
+        "A rank whose host phases make every step this many times longer than without it is a straggler: "
+        "named in the progress line, and flagged once (host, GPU) after straggler_intervals log intervals "
+        "in a row; > 1.",
+    )
+    straggler_intervals: int = doc(3, "Log intervals in a row a straggler must persist to be flagged; >= 1.")
 
 
 @dataclass(frozen=True)

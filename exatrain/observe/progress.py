@@ -67,8 +67,16 @@ class Progress:
 class ProgressReporter(Progress):
     """The reference trainer's progress: loss, learning rate and throughput per step."""
 
-    def __init__(self, total_steps: int, enabled: bool, log_every: int, stream=None):
+    def __init__(
+        self,
+        total_steps: int,
+        enabled: bool,
+        log_every: int,
+        stream=None,
+        straggler_ratio: float | None = None,
+    ):
         super().__init__(total_steps, enabled, log_every, stream)
+        self.straggler_ratio = STRAGGLER_RATIO if straggler_ratio is None else straggler_ratio
 
     def step(
         self, step: int, loss: float, lr: float, tokens_per_s: float, record: dict | None = None
@@ -76,29 +84,37 @@ class ProgressReporter(Progress):
         """Show one optimizer step (every step on the bar, every `log_every` steps as a line); with a
         StepMetrics `record`, also MFU (when known), the step-time breakdown and the rank skew."""
         text = f"loss {loss:.4f} | lr {lr:.2e} | {tokens_per_s:,.0f} tok/s"
-        self._show(step, text + (breakdown(record) if record else ""))
+        self._show(step, text + (breakdown(record, self.straggler_ratio) if record else ""))
 
 
-def breakdown(r: dict) -> str:
+def breakdown(r: dict, straggler_ratio: float | None = None) -> str:
     """' | MFU 41.0% | step 0.48 s = data 0.00 + fwd/bwd 0.42 + opt 0.01 + ckpt 0.00 | skew 0.005 s (rank 1)'."""
     mfu = f" | MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
     mem = f" | peak {r['peak_mem_gib']:.1f} GiB" if r.get("peak_mem_gib") is not None else ""
     return (
         f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
         f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
-        f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})" + _straggler(r) + flagged(r)
+        f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})"
+        + _straggler(r, straggler_ratio or STRAGGLER_RATIO)
+        + flagged(r)
     )
 
 
-#: a straggler slows the job's steps by this factor or more before the progress line names it
+#: a straggler slows the job's steps by this factor or more before the progress line names it (the default
+#: of observe.straggler_ratio)
 STRAGGLER_RATIO = 1.2
 
 
-def _straggler(r: dict) -> str:
-    """' | straggler rank 3 (data, x1.35)' when one rank's host phase slows every step by STRAGGLER_RATIO."""
-    if r.get("straggler_rank") is None or r.get("straggler_ratio", 1.0) < STRAGGLER_RATIO:
+def _straggler(r: dict, ratio: float) -> str:
+    """' | straggler rank 3 (data, x1.35)' when one rank's host phase slows every step by `ratio` or more."""
+    if r.get("straggler_rank") is None or r.get("straggler_ratio", 1.0) < ratio:
         return ""
     return f" | straggler rank {r['straggler_rank']} ({r['straggler_phase']}, x{r['straggler_ratio']:.2f})"
+
+
+def flagged_text(f: dict) -> str:
+    """'rank 1 on nid005012 (GPU 3), data x1.52 for 3 intervals': one flagged straggler (StepMetrics)."""
+    return f"rank {f['rank']} on {f['host']} ({f['device']}), {f['phase']} x{f['ratio']:.2f} for {f['intervals']} intervals"
 
 
 def flagged(r: dict) -> str:
@@ -107,10 +123,7 @@ def flagged(r: dict) -> str:
     f = r.get("straggler_flagged")
     if not f:
         return ""
-    return (
-        f" | STRAGGLER flagged: rank {f['rank']} on {f['host']} ({f['device']}), {f['phase']} "
-        f"x{f['ratio']:.2f} for {f['intervals']} intervals"
-    )
+    return f" | STRAGGLER flagged: {flagged_text(f)}"
 
 
 def _fmt(value) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from exatrain.config.validate import check_choice
 from exatrain.errors import ExatrainError
+from exatrain.observe.progress import flagged_text
 
 
 def tensorboard_available() -> bool:
@@ -44,12 +45,16 @@ class TensorBoardLog:
             self.writer = SummaryWriter(log_dir=str(log_dir))
 
     def write(self, kind: str = "train", step: int = 0, **values) -> None:
-        """Add every numeric value of one record at `step`; None, text and booleans are skipped."""
+        """Add every numeric value of one record at `step`, and a flagged straggler as the text
+        `<kind>/straggler_flagged` (TensorBoard's Text tab); None, other text and booleans are skipped."""
         if self.writer is None:
             return
         for name, value in values.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.writer.add_scalar(f"{kind}/{name}", value, step)
+        if values.get("straggler_flagged"):
+            text = "STRAGGLER flagged: " + flagged_text(values["straggler_flagged"])
+            self.writer.add_text(f"{kind}/straggler_flagged", text, step)
 
     def flush(self) -> None:
         """Make what was written so far visible to readers (TensorBoard itself flushes every 2 minutes)."""

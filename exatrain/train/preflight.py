@@ -41,6 +41,12 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     check_choice("dist.affinity", cfg.dist.affinity, AFFINITY_MODES)
     check_choice("data.kind", d.kind, ("synthetic", "wikitext", "text"))
     _check_hang_timeout(cfg.run.hang_timeout_s)
+    _positive("observe.straggler_intervals", cfg.observe.straggler_intervals)
+    if not cfg.observe.straggler_ratio > 1.0:
+        raise ConfigError(
+            f"observe.straggler_ratio must be above 1 (a step time ratio), got {cfg.observe.straggler_ratio:g}",
+            "use e.g. --observe.straggler_ratio=1.2 (a rank that makes every step 20 % longer)",
+        )
     check_choice("data.train_split", d.train_split, _SPLITS)
     check_choice("data.eval_split", d.eval_split, _SPLITS)
     if not 0.0 <= cfg.model.dropout < 1.0:

@@ -58,7 +58,12 @@ class Trainer:
         self.step = 0
         self.progress_values = {"tokens_seen": 0, "best_eval": math.inf}  # checkpointed with the step
         self.grad_norm = None  # of the whole model before clipping, the same on every rank
-        self.progress = ProgressReporter(cfg.train.steps, enabled=ctx.is_root, log_every=cfg.train.log_every)
+        self.progress = ProgressReporter(
+            cfg.train.steps,
+            enabled=ctx.is_root,
+            log_every=cfg.train.log_every,
+            straggler_ratio=cfg.observe.straggler_ratio,
+        )
         resume = self._init_checkpoints()
         self.metrics = MetricsFanout(
             exatrain.MetricsLog(
@@ -179,6 +184,8 @@ class Trainer:
             flops_per_token=fpt,
             last_step=c.train.steps,
             start_step=self.step,
+            straggler_ratio=c.observe.straggler_ratio,
+            straggler_intervals=c.observe.straggler_intervals,
         )
 
     def _record_train(self, record: dict) -> None:

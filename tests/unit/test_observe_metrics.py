@@ -117,3 +117,28 @@ def test_progress_line_names_a_straggler_that_slows_steps_by_1_2_or_more():
         lines.append(out.getvalue())
     assert lines[0].endswith(" | skew 0.200 s (rank 3) | straggler rank 3 (data, x1.25)\n")
     assert lines[1].endswith(" | skew 0.200 s (rank 3)\n")
+    out = io.StringIO()  # observe.straggler_ratio = 1.3: the x1.25 straggler is below it
+    ProgressReporter(10, enabled=True, log_every=10, stream=out, straggler_ratio=1.3).step(
+        10, 2.5, 1e-3, 1.0, {**base, "straggler_ratio": 1.25}
+    )
+    assert out.getvalue().endswith(" | skew 0.200 s (rank 3)\n")
+    out = io.StringIO()  # observe.straggler_ratio = 1.05: a x1.1 straggler is named
+    ProgressReporter(10, enabled=True, log_every=10, stream=out, straggler_ratio=1.05).step(
+        10, 2.5, 1e-3, 1.0, {**base, "straggler_ratio": 1.1}
+    )
+    assert out.getvalue().endswith(" | straggler rank 3 (data, x1.10)\n")
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("--observe.straggler_ratio=1.0", "observe.straggler_ratio"),
+        ("--observe.straggler_intervals=0", "observe.straggler_intervals"),
+    ],
+)
+def test_the_trainer_refuses_a_straggler_setting_that_cannot_work(override, key, capsys, tmp_path):
+    from exatrain.cli.main import main
+
+    code = main(["train", f"--run.dir={tmp_path}", override])
+    err = capsys.readouterr().err
+    assert code == 2 and key in err and "HINT:" in err, err

@@ -41,3 +41,19 @@ def test_tensorboard_setting(monkeypatch):
         tb.wants_tensorboard("on")
     with pytest.raises(ExatrainError, match="observe.tensorboard='yes'"):
         tb.wants_tensorboard("yes")
+
+
+def test_a_flagged_straggler_is_a_text_entry(tmp_path):
+    """The record that flags a straggler (StepMetrics' straggler_flagged) also goes to TensorBoard's Text tab."""
+    log = tb.TensorBoardLog(tmp_path / "tb")
+    flag = {"rank": 1, "host": "nid005012", "device": "GPU 3", "phase": "data", "ratio": 1.52, "intervals": 3}
+    log.write(kind="train", step=30, loss=2.0, straggler_flagged=None)
+    log.write(kind="train", step=40, loss=1.9, straggler_ratio=1.52, straggler_flagged=flag)
+    log.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    texts = [
+        (e.step, e.tensor_proto.string_val[0].decode())
+        for e in acc.Tensors("train/straggler_flagged/text_summary")
+    ]
+    assert texts == [(40, "STRAGGLER flagged: rank 1 on nid005012 (GPU 3), data x1.52 for 3 intervals")]
