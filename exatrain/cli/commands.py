@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -453,10 +454,21 @@ def cmd_report(args, extra: list[str]) -> int:
     return _report(args.runs, Path(args.out))
 
 
-def cmd_dump(args, extra: list[str]) -> int:
+def cmd_dump(args, extra: list[str], runner=None) -> int:
     """Signal the ranks of a running job to dump their stacks; print the diagnosis (docs/hangs.md)."""
-    from exatrain.launch.stack_dump import dump_run
+    from exatrain.launch.stack_dump import dump_run, signal_run
 
+    if args.this_node:
+        ranks = signal_run(args.run_dir)
+        print(f"{socket.gethostname()}: asked rank(s) {','.join(map(str, ranks)) or 'none'}")
+        return 0
+    if args.run_dir.replace("_", "").isdigit() and not Path(args.run_dir).is_dir():  # a SLURM job id
+        from exatrain.slurm.runner import SlurmRunner
+        from exatrain.tools.dump import dump_job
+
+        text, complete = dump_job(runner or SlurmRunner(), args.run_dir)
+        print(text)
+        return 0 if complete else 1
     text, complete = dump_run(args.run_dir)
     if not text:
         raise ExatrainError(

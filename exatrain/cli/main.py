@@ -375,10 +375,20 @@ def _add_job_commands(sub) -> None:
     du = sub.add_parser(
         "dump",
         allow_abbrev=False,
-        help="every rank's Python stacks of a running `exatrain run --hang-timeout` job on this host, "
-        "and which rank the others wait for (docs/hangs.md)",
+        help="every rank's Python stacks of a running `exatrain run --hang-timeout` job (its run "
+        "directory on this host, or a SLURM job id), and which rank the others wait for (docs/hangs.md)",
     )
-    du.add_argument("run_dir", help="the job's --run-dir (its hang/ folder records the ranks' pids)")
+    du.add_argument(
+        "run_dir",
+        metavar="RUN_DIR|JOBID",
+        help="the job's --run-dir (its hang/ folder records the ranks' pids), or the id of a running SLURM "
+        "job `exatrain submit` started (every node of it is asked, with srun --overlap)",
+    )
+    du.add_argument(
+        "--this-node",
+        action="store_true",
+        help="only make the ranks on this node dump their stacks (what each node runs for a job id)",
+    )
     mo = sub.add_parser(
         "monitor",
         allow_abbrev=False,

@@ -6,13 +6,14 @@ the handler is C code, so it dumps a rank blocked inside gloo or sleeping, at on
 pid and host in pid-rank-N.json. Then:
 
 - `exatrain dump RUN_DIR` (`dump_run`) signals every rank of the run on this host (`py-spy dump
-  --nonblocking` for a stopped one, which cannot run a handler) and prints one diagnosis;
+  --nonblocking` for a stopped one, which cannot run a handler) and prints one diagnosis; `exatrain dump
+  JOBID` (tools.dump) runs `signal_run` on every node of a SLURM job, then diagnoses without signalling;
 - when the script dies of a collective timeout (`on_collective_timeout`), its traceback goes to its stacks
   file instead of the terminal, and the first rank to get there does what `exatrain dump` does for the
   others. Every such rank exits with EXIT_HANG: one paragraph instead of N identical tracebacks.
 
 The diagnosis names the ranks whose main thread is outside any torch.distributed call (the ranks the others
-wait for) and where each stands. Only ranks on the host that runs the dump are signalled (the local
+wait for) and where each stands. `exatrain dump RUN_DIR` signals only ranks on its own host (the local
 `exatrain run --nproc N` path); ranks on other nodes are listed as without a stack.
 """
 
@@ -90,25 +91,44 @@ def on_collective_timeout(e: BaseException, req: HangRequest) -> int:
     return EXIT_HANG
 
 
-def dump_run(run_dir) -> tuple[str, bool]:
-    """`exatrain dump RUN_DIR`: signal the ranks of the newest attempt in RUN_DIR/hang/, return (the
-    diagnosis, whether every rank's stack was read)."""
-    attempts = sorted(Path(run_dir, "hang").glob("attempt-*/pid-rank-*.json"), key=_attempt_number)
-    if not attempts:
+def dump_run(run_dir, ask: bool = True) -> tuple[str, bool]:
+    """`exatrain dump RUN_DIR`: signal the ranks of the newest attempt in RUN_DIR/hang/ that run on this host
+    (all of them were signalled on their own nodes already when `ask` is False: `exatrain dump JOBID`),
+    return (the diagnosis, whether every rank's stack was read)."""
+    d = _newest_attempt(run_dir)
+    if d is None:
         return "", False
-    d = attempts[-1].parent
-    text = dump_attempt(d, "dump requested")
+    text = dump_attempt(d, "dump requested", ask=ask)
     return text, "without a stack" not in text
 
 
-def dump_attempt(d: Path, why: str, skip: set[int] = frozenset()) -> str:
-    """Signal every recorded rank of attempt folder `d` on this host but `skip`, read all stacks, write and
-    return the diagnosis."""
+def signal_run(run_dir) -> list[int]:
+    """Make the ranks of the newest attempt in RUN_DIR/hang/ that run on this host dump their stacks (what
+    each node does for `exatrain dump JOBID`); returns their ranks."""
+    d = _newest_attempt(run_dir)
+    return (
+        [rank for rank, rec in _records(d).items() if not _timed_out(d, rank) and _ask(d, rec)] if d else []
+    )
+
+
+def _newest_attempt(run_dir) -> Path | None:
+    attempts = sorted(Path(run_dir, "hang").glob("attempt-*/pid-rank-*.json"), key=_attempt_number)
+    return attempts[-1].parent if attempts else None
+
+
+def _records(d: Path) -> dict[int, dict]:
+    """The pid records of the newest launch in attempt folder `d` (an earlier launch in the same run
+    directory left its own)."""
     found = [r for r in map(_read_json, sorted(d.glob("pid-rank-*.json"), key=_mtime)) if r]
-    # the newest launch's ranks only (an earlier launch in the same run directory left its own)
-    records = {r["rank"]: r for r in found if r.get("token") == found[-1].get("token")} if found else {}
+    return {r["rank"]: r for r in found if r.get("token") == found[-1].get("token")} if found else {}
+
+
+def dump_attempt(d: Path, why: str, skip: set[int] = frozenset(), ask: bool = True) -> str:
+    """Signal every recorded rank of attempt folder `d` on this host but `skip` (none when not `ask`), read
+    all stacks, write and return the diagnosis."""
+    records = _records(d)
     for rank, rec in records.items():  # a rank that died of the timeout wrote its traceback: not asked
-        if rank not in skip and not _timed_out(d, rank):
+        if ask and rank not in skip and not _timed_out(d, rank):
             _ask(d, rec)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not all(_dumped(d, r) for r in records):
@@ -141,7 +161,9 @@ def diagnose_stacks(records: dict[int, dict], stacks: dict[int, str], why: str) 
     ]
     parts += [f"rank(s) {_ranks(ranks)} wait in {place}" for place, ranks in waiting.items()]
     if missing:
-        parts.append(f"rank(s) {_ranks(missing)} without a stack (not running on {socket.gethostname()}?)")
+        parts.append(
+            f"rank(s) {_ranks(missing)} without a stack (not running, or not on a node that was asked?)"
+        )
     return f"exatrain: HANG ({why}): " + "; ".join(parts) + "."
 
 

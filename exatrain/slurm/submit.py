@@ -33,7 +33,8 @@ _REJECTIONS = {
     # what a site with EnforcePartLimits=ALL answers for more nodes or cores than the partition has
     "More processors requested than permitted": "ask for at most the partition's nodes and cores (sinfo -p "
     "PARTITION -o '%D %c'); job.nodes, job.gpus_per_node and job.cpus_per_task set them",
-    "Invalid account": "set job.account to a project you belong to (sacctmgr show assoc user=$USER)",
+    "Invalid account": "set job.account to a project you belong to that may use job.partition (sacctmgr show "
+    "assoc user=$USER; scontrol show partition PARTITION: AllowAccounts)",
     "invalid partition": "set job.partition to a partition of this cluster (sinfo -s)",
     "Invalid qos": "set job.qos to one allowed for your account, or leave it empty",
     "Requested time limit is invalid": "lower job.time to the partition's MaxTime (sinfo -o '%P %l')",

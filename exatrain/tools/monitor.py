@@ -16,6 +16,7 @@ from rich.table import Table
 
 from exatrain.errors import ExatrainError
 from exatrain.observe.gpu_monitor import NVIDIA_SMI_ARGS, ROCM_SMI_ARGS, parse_nvidia_smi, parse_rocm_smi
+from exatrain.slurm.attach import job_nodes, on_every_node
 from exatrain.slurm.runner import Runner
 
 # what each node runs: its name, then which tool answered and the tool's output
@@ -27,41 +28,9 @@ NODE_SCRIPT = (
 )
 
 
-def job_nodes(runner: Runner, job_id: str) -> int:
-    """Number of nodes of a RUNNING job; a job that is not running is an ExatrainError with a HINT."""
-    r = runner(["squeue", "-h", "-j", str(job_id), "-o", "%T %D"])
-    fields = r.stdout.split()
-    if r.returncode != 0 or len(fields) != 2:
-        raise ExatrainError(
-            f"job {job_id} is not in the queue ({(r.stderr or r.stdout).strip() or 'no such job'})",
-            "give the id of a running job: exatrain status lists yours",
-        )
-    state, nodes = fields
-    if state != "RUNNING":
-        raise ExatrainError(
-            f"job {job_id} is {state}, not RUNNING: it has no GPUs to watch yet",
-            "wait until `exatrain status` shows it RUNNING",
-        )
-    return int(nodes)
-
-
 def sample_job(runner: Runner, job_id: str, nodes: int) -> list[dict]:
     """One reading of every GPU of the job: [{"host", "tool", "gpus": [...]}, ...] sorted by host."""
-    r = runner(
-        [
-            "srun",
-            "--overlap",
-            f"--jobid={job_id}",
-            f"--nodes={nodes}",
-            "--ntasks-per-node=1",
-            f"--ntasks={nodes}",
-            "--label",
-            "--quiet",
-            "sh",
-            "-c",
-            NODE_SCRIPT,
-        ]
-    )
+    r = runner(on_every_node(job_id, nodes, ["sh", "-c", NODE_SCRIPT]))
     if r.returncode != 0:
         raise ExatrainError(
             f"srun --overlap --jobid={job_id} failed: {r.stderr.strip()[-500:]}",

@@ -3,9 +3,12 @@ with the script file) and `exatrain submit --test-only` (the script on stdin) wi
 refuses. Each time the same script is also given to sbatch directly, and exatrain's error must quote the
 reason sbatch printed, and its HINT must name the job key to change.
 
-Not reproduced: "Invalid account" and "Invalid qos" (the testbed has no slurmdbd, so slurmctld checks neither
-accounts nor QOS: `--account=nosuch --qos=nosuch` are accepted); tests/unit/test_launch_submit.py covers
-them with SLURM's documented wording."""
+"Invalid account": the testbed has no slurmdbd, so slurmctld checks accounts only against a partition's
+AllowAccounts; the test creates such a partition (`acct`, project_465000123 only) and asks for another account,
+which slurmctld refuses with the same words as a site with accounting ("Invalid account or account/partition
+combination specified"). Not reproduced: "Invalid qos" (without accounting slurmctld checks no QOS, not even
+against AllowQos: `--qos=nosuch` is accepted); tests/unit/test_launch_submit.py covers it with SLURM's
+documented wording."""
 
 import re
 
@@ -22,7 +25,26 @@ CASES = {
     # dev-g: the LUMI-G-shaped partition, MaxTime 3 h (testbed/sites.conf); 240 minutes
     "time over the partition's MaxTime": (["--job.partition=dev-g", "--job.time=240"], "job.time"),
     "more memory than a node has": (["--job.mem_per_gpu_gb=999"], "job.mem_per_gpu_gb"),
+    "an account the partition does not allow": (
+        ["--job.partition=acct", "--job.account=nosuch"],
+        "job.account",
+    ),
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def account_partition(slurm_cluster):
+    """The partition `acct` (the debug nodes) that only project_465000123 may use, for this module."""
+    create = [
+        "scontrol",
+        "create",
+        "PartitionName=acct",
+        "Nodes=node[1-2]",
+        "AllowAccounts=project_465000123",
+    ]
+    slurm_cluster.run(create, check=True)
+    yield
+    slurm_cluster.run(["scontrol", "delete", "PartitionName=acct"])
 
 
 def _sbatch_reason(cluster, args: list[str], script, cwd) -> str:
