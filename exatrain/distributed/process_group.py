@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from exatrain.distributed.collectives import all_gather_objects
 from exatrain.distributed.join import roll_call
-from exatrain.distributed.variables import set_variables
+from exatrain.distributed.variables import flight_recorder_variables, set_variables
 from exatrain.env import ClusterEnvironment
 from exatrain.env.base import node_layout
 from exatrain.env.devices import pick_device_index, visibility_problem
@@ -105,6 +105,7 @@ def init_distributed(
     gloo = gloo_interfaces(os.environ, env.hostname)  # gloo fails on a listed interface this node lacks
     if gloo:
         set_variables({GLOO_IFNAME: gloo})
+    set_variables(flight_recorder_variables(os.environ, chosen))  # read when the NCCL group starts
     _export_rendezvous(env)
     store = roll_call(env, timeout_s)
     dist.init_process_group(

@@ -226,3 +226,13 @@ def test_a_stopped_watcher_is_replaced_by_the_next_one_of_the_process(tmp_path):
         assert second._thread.is_alive() and not first._thread.is_alive()
     finally:
         stop_watcher()
+
+
+def test_nccl_groups_get_the_flight_recorder_unless_the_user_chose():
+    from exatrain.distributed.variables import flight_recorder_variables
+
+    on = flight_recorder_variables({}, "nccl")
+    assert on == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    assert flight_recorder_variables({}, "gloo") == {}  # gloo's recorder is on by default
+    assert flight_recorder_variables({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, "nccl") == {}  # turned off
+    assert flight_recorder_variables({"TORCH_FR_BUFFER_SIZE": "50000"}, "nccl") == {}
