@@ -51,7 +51,10 @@ def profile(world: int, hardware: str, where: Path) -> Path:
     intra-node one and is never used here."""
     text = (ROOT / "exatrain/slurm/profiles/cpu.toml").read_text()
     intra = re.search(r"^intra_node_busbw_gbs = (\S+)", hardware, re.M)
-    extra = f"inter_node_busbw_gbs = {intra.group(1)}\n" if intra and "inter_node" not in hardware else ""
+    if intra is None:  # one rank: no all-reduce measured, none predicted (the keys are still required)
+        extra = "intra_node_busbw_gbs = 1.0\ninter_node_busbw_gbs = 1.0\n"
+    else:
+        extra = "" if "inter_node" in hardware else f"inter_node_busbw_gbs = {intra.group(1)}\n"
     path = where / f"cpu-{world}.toml"
     path.write_text(text + "\n" + hardware.rstrip("\n") + "\n" + extra)
     return path
@@ -113,15 +116,23 @@ def main() -> None:
             windows = measured(world, args.steps, micro, where)
             step = statistics.median(windows[1:])
             rows.append((world, hardware, plan, windows, step))
-            error = plan["time"]["step_time_s"] / step - 1
+            error = plan["step_time_s"] / step - 1
             print(
-                f"W={world}: predicted {plan['time']['step_time_s'] * 1e3:.1f} ms, measured {step * 1e3:.1f} ms "
+                f"W={world}: predicted {plan['step_time_s'] * 1e3:.1f} ms, measured {step * 1e3:.1f} ms "
                 f"(median of {len(windows) - 1} windows), error {error:+.0%}; "
                 + "; ".join(hardware.splitlines()[1:]),
                 flush=True,
             )
     for world, _hardware, plan, windows, _step in rows:
-        print(json.dumps({"world": world, "time": plan["time"], "windows_step_s": windows}))
+        print(
+            json.dumps(
+                {
+                    "world": world,
+                    "predicted": {k: plan[k] for k in ("step_time_s", "breakdown", "comm_s")},
+                    "windows_step_s": windows,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":
