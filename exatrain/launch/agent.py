@@ -177,12 +177,17 @@ def _last_lines(rank: int, failure) -> str:
 
 def first_failure(failures: dict):
     """(rank, failure) of the worker that failed first: by the script runner's nanosecond time where it
-    recorded one (torch's own choice compares whole seconds, and then takes the lowest rank), else the
-    failure's own timestamp; a worker with no record (killed by the agent after another failed) is last."""
+    recorded one (torch's own choice compares whole seconds, and then takes the lowest rank); then workers
+    that reported an error (torch's ``@record`` error file) or exited with a code, by the failure's own
+    timestamp; workers that died of a signal (the agent's SIGTERM after another failed) last."""
 
     def when(rank: int):
-        ns = _extra(failures[rank]).get("exatrain_time_ns")
-        return (0, ns, rank) if isinstance(ns, int) else (1, failures[rank].timestamp, rank)
+        failure = failures[rank]
+        ns = _extra(failure).get("exatrain_time_ns")
+        if isinstance(ns, int):
+            return (0, ns, rank)
+        signalled = failure.exitcode is not None and failure.exitcode < 0 and not _reported(failure)
+        return (2 if signalled else 1, failure.timestamp, rank)
 
     rank = min(failures, key=when)
     return rank, failures[rank]

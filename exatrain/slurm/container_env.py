@@ -36,6 +36,16 @@ _LINK_PY = (
     "(sp / '_exatrain_image_env.pth').write_text(''.join(p + '\\n' for p in site.getsitepackages()))"
 )
 
+# A checkout is built from a copy of what its wheel holds (the copy sits in the new venv and is removed after
+# the install): setuptools builds in the source tree's build/, which two builds at once, or one interrupted
+# earlier (its leftover build/bdist.*/wheel/*.dist-info), break ("File exists"); the clone may be read-only.
+_SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
+_COPY_SOURCE_PY = (
+    "import shutil, sys, pathlib; src, dst = map(pathlib.Path, sys.argv[1:3]); dst.mkdir(); "
+    "[shutil.copy2(src / f, dst / f) for f in sys.argv[3:] if (src / f).is_file()]; "
+    "shutil.copytree(src / 'exatrain', dst / 'exatrain', ignore=shutil.ignore_patterns('__pycache__'))"
+)
+
 
 def fix_command(runtime: str, image: str, venv: str, binds: tuple[str, ...] = ()) -> str:
     """The command that creates VENV for IMAGE (what every HINT below tells the user to run)."""
@@ -156,9 +166,13 @@ def venv_command(
     PACKAGES into it with the image's pip."""
     v = shlex.quote(venv)
     exatrain = source_spec()
-    local = (
-        ["--no-build-isolation"] if exatrain.startswith("/") else []
-    )  # a checkout: build with the image's setuptools
+    copy = []
+    if exatrain.startswith("/"):  # a checkout: built with the image's setuptools, from a copy (see above)
+        copy = [
+            shlex.join(["python", "-c", _COPY_SOURCE_PY, exatrain, f"{venv}/.exatrain-src", *_SOURCE_FILES])
+        ]
+        exatrain = f"{venv}/.exatrain-src"
+    local = ["--no-build-isolation"] if copy else []
     script = "\n".join(
         [
             "set -e",
@@ -167,6 +181,7 @@ def venv_command(
             f"python -c {shlex.quote(_LINK_PY)} {v}",
             f". {v}/bin/activate",
             f"python -c 'import torch; print(\"torch==\" + torch.__version__)' > {v}/image-constraints.txt",
+            *copy,
             shlex.join(
                 [
                     "python",
@@ -181,6 +196,7 @@ def venv_command(
                     *packages,
                 ]
             ),
+            *([f"rm -rf {shlex.quote(exatrain)}"] if copy else []),
         ]
     )
     bind = [f"--bind={','.join(binds)}"] if binds else []

@@ -4,7 +4,7 @@ built in seconds and offline from the test venv's own installed distributions.
 How: the closure of pyproject.toml's ``dependencies`` (markers evaluated, extras never followed) is taken
 from the distributions installed in the running venv; their files (per each distribution's RECORD) are
 linked into one folder that a ``.pth`` file puts on a fresh venv's path; exatrain itself is then installed
-into the fresh venv by pip from the source tree (``--no-deps --no-build-isolation``) and ``pip check``
+into the fresh venv by pip from a copy of what its wheel holds (``--no-deps --no-build-isolation``) and ``pip check``
 proves every declared requirement is met by that folder alone. What it does not reproduce: pip choosing the
 newest release of each dependency from PyPI (the versions are the test venv's).
 """
@@ -85,8 +85,14 @@ def make_plain_venv(folder: Path) -> Path:
     link_farm(folder / "deps", core_closure())
     Path(site, "plain_install_deps.pth").write_text(f"{folder / 'deps'}\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "-q"]
+    # built from a copy of what the wheel holds, as `exatrain container venv` does: setuptools builds in the
+    # source tree's build/, which another build at the same time (a SLURM test's) would break
+    from exatrain.slurm.container_env import _COPY_SOURCE_PY, _SOURCE_FILES
+
+    source = folder / "exatrain-src"
+    subprocess.run([sys.executable, "-c", _COPY_SOURCE_PY, str(ROOT), str(source), *_SOURCE_FILES], check=True)
     subprocess.run(
-        [*pip, "install", "--no-deps", "--no-build-isolation", "--no-cache-dir", str(ROOT)],
+        [*pip, "install", "--no-deps", "--no-build-isolation", "--no-cache-dir", str(source)],
         check=True,
         cwd=folder,
     )

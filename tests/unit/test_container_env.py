@@ -72,3 +72,43 @@ def test_symlinked_paths_are_bound_by_both_names(tmp_path):
     assert {f"{tmp_path}/scratch/p/data", str(real / "data"), f"{tmp_path}/scratch/p", str(real)} <= set(
         binds
     )
+
+
+def test_the_venv_is_built_from_a_copy_that_holds_the_whole_wheel(tmp_path):
+    """`exatrain container venv` from a checkout pip-installs a copy of what its wheel needs (made in the new
+    venv, removed after), never the clone itself: setuptools builds in the source tree's build/, which a
+    second build at the same time or an interrupted earlier one breaks ("File exists"; CI saw it). The copy
+    is made here with the script's own snippet and built into a wheel that holds the site profiles."""
+    import shlex
+    import zipfile
+
+    from exatrain.slurm.container_env import _COPY_SOURCE_PY, _SOURCE_FILES, source_spec, venv_command
+
+    script = venv_command("singularity", "/img/pt.sif", str(tmp_path / "v"), "exec", (), ())[-1]
+    root = source_spec()
+    assert root.startswith("/") and f"{tmp_path}/v/.exatrain-src" in script
+    install = next(line for line in script.splitlines() if "pip install" in line)
+    assert shlex.split(install)[-1] == f"{tmp_path}/v/.exatrain-src" and root not in install
+    assert script.splitlines()[-1] == f"rm -rf {tmp_path}/v/.exatrain-src"
+    copy = tmp_path / "src"
+    subprocess.run([sys.executable, "-c", _COPY_SOURCE_PY, root, str(copy), *_SOURCE_FILES], check=True)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(copy),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    names = zipfile.ZipFile(next(tmp_path.glob("exatrain-*.whl"))).namelist()
+    assert "exatrain/slurm/profiles/lumi-g.toml" in names and "exatrain/cli/main.py" in names

@@ -108,3 +108,23 @@ def test_the_first_failure_is_chosen_by_the_runners_nanoseconds_not_by_whole_sec
         2: failure(2, 1_700_000_000_100_000_000),
     }
     assert first_failure(failures)[0] == 2
+
+
+def test_a_rank_that_reported_its_error_comes_before_one_the_agent_terminated(tmp_path):
+    """A script with torch's @record (no script-runner record): rank 1 raised and wrote torchrun's error file,
+    rank 0 was ended by the agent's SIGTERM in the same second. Rank 1 failed first (CI once named rank 0,
+    the lower rank of the tie)."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from exatrain.launch.agent import first_failure
+
+    reported = tmp_path / "1.json"
+    # what torch's @record writes (its ErrorHandler.record_exception): message, then extraInfo with the time
+    extra = {"py_callstack": "Traceback ...", "timestamp": "1700000000"}
+    reported.write_text(json.dumps({"message": {"message": "ValueError: bad batch", "extraInfo": extra}}))
+    failures = {
+        0: ProcessFailure(local_rank=0, pid=100, exitcode=-15, error_file=str(tmp_path / "none.json")),
+        1: ProcessFailure(local_rank=1, pid=101, exitcode=1, error_file=str(reported)),
+    }
+    failures[0].timestamp = failures[1].timestamp  # the same whole second
+    assert first_failure(failures)[0] == 1
