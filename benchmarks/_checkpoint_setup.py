@@ -106,8 +106,10 @@ def describe(trainer: Trainer, ctx, a) -> str:
     local = local_state_bytes(trainer.model, trainer.optimizer)
     per_rank = all_gather_objects(local["params"] + local["optimizer"])
     return (
-        f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, {ctx.world_size} ranks (DDP), "
-        f"state per rank {per_rank[0] / 2**20:.0f} MiB, torch {torch.__version__}, dir {a.dir or tempfile.gettempdir()}"
+        f"model {a.size} ({trainer.engine.num_params / 1e6:.1f}M params) + AdamW, "
+        f"{ctx.world_size} ranks (DDP), "
+        f"state per rank {per_rank[0] / 2**20:.0f} MiB, torch {torch.__version__}, dir "
+        f"{a.dir or tempfile.gettempdir()}"
     )
 
 

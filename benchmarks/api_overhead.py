@@ -1,4 +1,5 @@
-"""Step time of a loop written with exatrain's public API against the same loop in plain PyTorch, DDP on 2 ranks.
+"""Step time of a loop written with exatrain's public API against the same loop in plain PyTorch, DDP on 2 \
+ranks.
 
 Both sides train the reference LM (same size, seed, data, global batch and AdamW settings) with DDP over
 the same gloo ranks (one thread each), started by exatrain's local launcher:
@@ -10,7 +11,8 @@ group). Repetitions of `--steps` steps are interleaved (A B, B A, ...) so machin
 each starts after a barrier and counts with its slowest rank. Result: ratio of median repetition times
 (exatrain / plain). Goal: <= 1.02.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.api_overhead [--nproc 2] [--size small] [--steps 10] [--reps 7]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.api_overhead [--nproc 2] [--size small] [--steps 10]
+        [--reps 7]
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ def report(a, everyone, n_params):
     reps = {k: [max(r[k][i] for r in everyone) / a.steps for i in range(a.reps)] for k in everyone[0]}
     med = {k: statistics.median(v) for k, v in reps.items()}
     print(
-        f"model {a.size} ({n_params / 1e6:.1f}M params), DDP on {a.nproc} gloo ranks x 1 thread, global batch "
+        f"model {a.size} ({n_params / 1e6:.1f}M params), DDP on {a.nproc} gloo ranks x 1 thread, "
+        "global batch "
         f"{a.batch} x {a.seq_len} tokens, {a.reps} x {a.steps} steps per side, torch {torch.__version__}"
     )
     for k, v in reps.items():

@@ -33,8 +33,8 @@ MAX_FOLLOW_STEPS = 50  # steps to wait for a background save before blocking on 
 
 
 def save_step(trainer, blocking: bool) -> float:
-    """The step that triggers a save, as the training loop runs it; returns the time of the save call, which is
-    what that step takes beyond a normal one."""
+    """The step that triggers a save, as the training loop runs it; returns the time of the save call, which
+    is what that step takes beyond a normal one."""
     step(trainer)
     t0 = time.perf_counter()
     trainer.checkpoints.save(trainer.step, trainer.state, blocking=blocking)
@@ -42,7 +42,8 @@ def save_step(trainer, blocking: bool) -> float:
 
 
 def collect_seconds(trainer) -> float:
-    """Time to collect the state dict alone (get_state_dict and friends), part of every save's blocking time."""
+    """Time to collect the state dict alone (get_state_dict and friends), part of every save's blocking
+    time."""
     t0 = time.perf_counter()
     trainer.state.state_dict()
     return time.perf_counter() - t0

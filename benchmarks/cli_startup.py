@@ -1,7 +1,7 @@
 """Start-up time of the torch-free CLI paths against `python -c pass`, measured in the same run.
 
-`exatrain --help`, `exatrain sbatch -c job.toml` and `exatrain cost -c job.toml` must stay well under 0.3 s on a
-login node: `env/` and `launch/` never import torch. Each command runs `--reps` times, interleaved with
+`exatrain --help`, `exatrain sbatch -c job.toml` and `exatrain cost -c job.toml` must stay well under 0.3 s on
+a login node: `env/` and `launch/` never import torch. Each command runs `--reps` times, interleaved with
 the baseline (base, A, B, C, base, A, ...) so machine noise hits all alike; reported are median wall
 times, the time over the bare interpreter, and the ratio to it. Fails (exit 1) when a path imports
 torch or a median exceeds --limit-ms.

@@ -4,12 +4,12 @@
 
 Each round runs every engine once through the real CLI (`exatrain train --nproc 2`), so a load change on the
 machine hits all engines alike; the order rotates from round to round (round r starts with the r-th engine),
-so no engine always runs first or last (each holds every place once in 6 rounds). At least 5 rounds. The step time of a run is
-its summary's train_seconds / steps (the loop only: start-up, evaluation and model saving excluded). Prints,
-per engine, the median step time and the median over the rounds of its ratio to DDP's step time in the same
-round (a ratio of neighbours in time, robust to the machine's load drifting between rounds), with the
-smallest and largest of those ratios. Engines whose library is missing are reported as such, not silently
-left out.
+so no engine always runs first or last (each holds every place once in 6 rounds). At least 5 rounds. The step
+time of a run is its summary's train_seconds / steps (the loop only: start-up, evaluation and model saving
+excluded). Prints, per engine, the median step time and the median over the rounds of its ratio to DDP's step
+time in the same round (a ratio of neighbours in time, robust to the machine's load drifting between rounds),
+with the smallest and largest of those ratios. Engines whose library is missing are reported as such, not
+silently left out.
 """
 
 from __future__ import annotations
@@ -81,11 +81,13 @@ def main() -> int:
     a = p.parse_args()
     if a.rounds < MIN_ROUNDS:
         p.error(
-            f"--rounds {a.rounds}: fewer than {MIN_ROUNDS} rounds give no usable spread; use --rounds {MIN_ROUNDS}"
+            f"--rounds {a.rounds}: fewer than {MIN_ROUNDS} rounds give no usable spread; use "
+            f"--rounds {MIN_ROUNDS}"
         )
     times, missing = measure(a)
     print(
-        f"\nmodel {a.size}, 2 ranks (gloo, CPU), global batch 16 x 64 tokens, {a.steps} steps, {a.rounds} rounds "
+        f"\nmodel {a.size}, 2 ranks (gloo, CPU), global batch 16 x 64 tokens, {a.steps} steps, "
+        f"{a.rounds} rounds "
         "interleaved (rotating order)"
     )
     print(f"{'engine':<18} {'median ms/step':>14} {'ratio to DDP (median, min-max over rounds)':>44}")

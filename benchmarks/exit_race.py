@@ -1,4 +1,5 @@
-"""How often a finished 4-rank DDP script aborts at exit, started by plain torchrun or through exatrain's script
+"""How often a finished 4-rank DDP script aborts at exit, started by plain torchrun or through exatrain's \
+script
 runner (see exatrain/launch/script_runner.py and pytorch/pytorch#190489). The two sides alternate run by run.
 
 The script is the tutorial shape at module level: a DDP model, a few steps, an all-reduced loss, then

@@ -2,8 +2,8 @@
 
 Both layouts are built in the same run on the same W real ranks (exatrain's local launcher, gloo on CPU) by
 the exatrain trainer itself; after one AdamW step and a second forward/backward each rank sums the bytes of
-its local parameter, gradient and optimizer-state shards. Ratio = FSDP bytes / (DDP bytes / W), max over ranks;
-goal <= 1.10. `exatrain plan`'s prediction for the same layouts is printed beside the measurement.
+its local parameter, gradient and optimizer-state shards. Ratio = FSDP bytes / (DDP bytes / W), max over
+ranks; goal <= 1.10. `exatrain plan`'s prediction for the same layouts is printed beside the measurement.
 
     .venv/bin/python -m benchmarks.fsdp_memory [--nproc 4] [--size medium]
 """
@@ -85,7 +85,8 @@ def report(a, cfgs, per_rank):
         k: (lambda r: r.params + r.grads + r.optimizer)(make_plan(c, world).ranks[0]) for k, c in cfgs.items()
     }
     print(
-        f"model {a.size}, synthetic data (vocab 512), AdamW, fp32, W={world} gloo ranks, torch {torch.__version__}"
+        f"model {a.size}, synthetic data (vocab 512), AdamW, fp32, W={world} gloo ranks, torch "
+        f"{torch.__version__}"
     )
     for k in ("ddp", "fsdp"):
         print(

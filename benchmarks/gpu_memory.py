@@ -1,7 +1,8 @@
-"""Where one training step's GPU memory goes on one GPU (autocast bf16, AdamW), next to `exatrain plan`'s rows.
+"""Where one training step's GPU memory goes on one GPU (autocast bf16, AdamW), next to `exatrain plan`'s \
+rows.
 
-For each case the model is built as `exatrain train --nproc=1` builds it (train.build), warmed up for two steps
-(AdamW's state exists), and then one step is measured with torch.cuda.memory_allocated at fixed points:
+For each case the model is built as `exatrain train --nproc=1` builds it (train.build), warmed up for two
+steps (AdamW's state exists), and then one step is measured with torch.cuda.memory_allocated at fixed points:
 resident state before the step (parameters + AdamW), activations kept at the end of forward (all of them; per
 block and for the head, in units of B*T*D bytes, B*T*D = samples x tokens x model width), the peak during the
 step above the resident state, and the gradients after backward.
@@ -157,12 +158,17 @@ def report(size, seq, batch, vocab, compiled, m, plan) -> None:
     grads = m["backward_done"] - m["resident"]
     peak = m["step_peak"]
     print(
-        f"{size}:{seq}:{batch}:{vocab} {'compiled' if compiled else 'eager   '}  resident {m['resident'] / MIB:8.0f} MiB  "
-        f"activations {acts / MIB:8.0f} MiB (per block {blocks / btd:5.2f} BTD bytes, head {head / MIB:6.0f} MiB = "
+        f"{size}:{seq}:{batch}:{vocab} {'compiled' if compiled else 'eager   '}  resident "
+        f"{m['resident'] / MIB:8.0f} MiB  "
+        f"activations {acts / MIB:8.0f} MiB (per block {blocks / btd:5.2f} BTD bytes, head "
+        f"{head / MIB:6.0f} MiB = "
         f"{head / (batch * seq * vocab):5.2f} B*T*V bytes)  grads {grads / MIB:7.0f} MiB  "
-        f"step peak {peak / MIB:8.0f} MiB = resident + activations + {(peak - m['forward_done']) / MIB:.0f} MiB  "
-        f"| plan total {plan.total / MIB:8.0f} MiB (params {plan.params / MIB:.0f}, grads {plan.grads / MIB:.0f}, "
-        f"AdamW {plan.optimizer / MIB:.0f}, weight copies {plan.weight_copies / MIB:.0f}, activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
+        f"step peak {peak / MIB:8.0f} MiB = resident + activations + "
+        f"{(peak - m['forward_done']) / MIB:.0f} MiB  "
+        f"| plan total {plan.total / MIB:8.0f} MiB (params {plan.params / MIB:.0f}, grads "
+        f"{plan.grads / MIB:.0f}, "
+        f"AdamW {plan.optimizer / MIB:.0f}, weight copies {plan.weight_copies / MIB:.0f}, "
+        f"activations {plan.activations / MIB:.0f})  peak/plan {peak / plan.total:.3f}",
         flush=True,
     )
 
@@ -179,7 +185,8 @@ def main(argv=None) -> int:
 
     torch.cuda.set_device(0)
     print(
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 parameters, fused AdamW",
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}; autocast bf16, fp32 "
+        "parameters, fused AdamW",
         flush=True,
     )
     modes = {"both": (False, True), "yes": (True,), "no": (False,)}[a.compile]

@@ -1,14 +1,15 @@
 """Tokens/s, MFU and peak memory of the reference model on ONE GPU: exatrain's training step vs a plain loop.
 
-Like for like, in the same process, on the same random token batches, repetitions interleaved (plain, exatrain,
-plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
+Like for like, in the same process, on the same random token batches, repetitions interleaved (plain,
+exatrain, plain, exatrain, ...) so that clock and thermal drift hit both sides alike:
   * plain: what a user writes by hand: the model on the GPU (fp32 parameters), torch.compile of each block
     (`block.compile()`), autocast bf16, torch.optim.AdamW(fused=True), torch's clip_grad_norm_;
   * exatrain: the step `exatrain train` runs on one GPU: the model built and loaded on the CPU and laid out
-    by exatrain.parallelize through exatrain.train.model_layout (torch.compile per block, the same granularity),
-    DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
+    by exatrain.parallelize through exatrain.train.model_layout (torch.compile per block, the same
+    granularity), DataParallelEngine.train_step under the trainer's autocast (bf16), exatrain's
     clip_grad_norm_, build_optimizer's AdamW, the LR scheduler;
-  * exatrain_foreach (optional, --variants): exatrain with torch's default (foreach) AdamW instead of the fused one;
+  * exatrain_foreach (optional, --variants): exatrain with torch's default (foreach) AdamW instead of the
+    fused one;
   * fsdp (optional): exatrain's FSDP2 on a 1-GPU mesh with bf16 parameters and fp32 reduction
     (apply_fsdp): the per-GPU compute of an FSDP job without the network.
 MFU = tokens/s x FLOPs per token / peak. FLOPs per token = 6 N + 12 L D T (PaLM appendix B: N = parameters
@@ -17,8 +18,8 @@ full T x T score and value products, no causal halving). Peak: --peak-tflops (H1
 Peak memory: torch.cuda.max_memory_allocated over one step of a side, minus what was allocated before that
 side was built (the other side's resident state), next to `exatrain plan`'s per-GPU total for the layout.
 
-    python -m benchmarks.gpu_mfu [--sizes medium,xl] [--seq-len 2048] [--steps 10] [--reps 3] [--peak-tflops 989]
-                                 [--profile DIR]
+    python -m benchmarks.gpu_mfu [--sizes medium,xl] [--seq-len 2048] [--steps 10] [--reps 3]
+                                 [--peak-tflops 989] [--profile DIR]
 
 Needs a CUDA GPU; without one it exits with code 2 and says so (--device cpu runs a tiny smoke test of the
 code path, no measurement).
@@ -140,7 +141,8 @@ def exatrain_foreach_side(size, a, device, full_state, batch):
 
 
 def fsdp_side(size, a, device, full_state, batch):
-    """exatrain's FSDP2 layout on a 1-GPU mesh with bf16 parameters and fp32 reduction (needs a process group)."""
+    """exatrain's FSDP2 layout on a 1-GPU mesh with bf16 parameters and fp32 reduction (needs a process
+    group)."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -296,7 +298,8 @@ def run_size(size, a, device, plans) -> dict:
         mfu = med * fpt / (a.peak_tflops * 1e12)
         result[name] = {"tokens_s": med, "mfu": mfu, "peak_gib": peaks[name]}
         print(
-            f"  {size:6s} {name:8s} {med:12,.0f} tokens/s (reps: {', '.join(f'{r:,.0f}' for r in rates[name])})  "
+            f"  {size:6s} {name:8s} {med:12,.0f} tokens/s (reps: "
+            f"{', '.join(f'{r:,.0f}' for r in rates[name])})  "
             f"MFU {mfu:6.1%}  step {tokens / med * 1e3:7.1f} ms  peak memory {peaks[name]:.2f} GiB",
             flush=True,
         )
@@ -321,7 +324,8 @@ def run_size(size, a, device, plans) -> dict:
 
 
 def profile_step(step, batches, device, folder, size) -> None:
-    """torch.profiler over two steps: a gzipped Chrome trace, the top GPU kernels, and GPU-busy time vs wall."""
+    """torch.profiler over two steps: a gzipped Chrome trace, the top GPU kernels, and GPU-busy time vs
+    wall."""
     import gzip
     import shutil
     from pathlib import Path
@@ -381,7 +385,8 @@ def main(argv=None) -> int:
 
     if a.device == "cuda" and not torch.cuda.is_available():
         print(
-            "gpu_mfu: needs a CUDA GPU, and torch sees none on this machine (torch.cuda.is_available() is False); "
+            "gpu_mfu: needs a CUDA GPU, and torch sees none on this machine "
+            "(torch.cuda.is_available() is False); "
             "run it on a GPU node, or --device cpu for a smoke test of the code path",
             file=sys.stderr,
         )

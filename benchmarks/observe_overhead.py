@@ -110,7 +110,8 @@ def main():
         monitor.stop()
         log.close()
         print(
-            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, log every "
+            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps "
+            "per side, log every "
             f"{a.log_every}, tensorboard {'on' if tensorboard_available() else 'NOT INSTALLED'}, torch "
             f"{torch.__version__}, {torch.get_num_threads()} threads"
         )

@@ -3,8 +3,8 @@
 Runs the real CLI (import, config, search, output) as a subprocess, interleaved with `exatrain plan --help`
 (the CLI's start-up alone, the baseline), REPEATS times each, and prints every wall time, the medians and
 the search's own count of layouts and its elapsed time. The model is 7B-like (32 blocks, width 4096, 32
-heads, T = 4096, global batch 4096 sequences = 16M tokens) on LUMI-G's profile with [hardware] constants added for the
-run (the ranking needs them; the time to search does not depend on their values).
+heads, T = 4096, global batch 4096 sequences = 16M tokens) on LUMI-G's profile with [hardware] constants added
+for the run (the ranking needs them; the time to search does not depend on their values).
 
     .venv/bin/python benchmarks/plan_search.py [--world-size 16384] [--repeats 3]
 """
@@ -66,11 +66,13 @@ def main() -> None:
             search_s.append(t)
             res = json.loads(out)
             print(
-                f"repeat {i}: start-up {s:.2f} s, plan --search {t:.2f} s (search itself {res['elapsed_s']:.2f} s, "
+                f"repeat {i}: start-up {s:.2f} s, plan --search {t:.2f} s (search itself "
+                f"{res['elapsed_s']:.2f} s, "
                 f"{res['considered']} valid layouts, {res['dropped_for_memory']} dropped for memory)"
             )
     print(
-        f"median: start-up {statistics.median(start_s):.2f} s, plan --search {statistics.median(search_s):.2f} s"
+        f"median: start-up {statistics.median(start_s):.2f} s, plan --search "
+        f"{statistics.median(search_s):.2f} s"
     )
     best = res["layouts"][0]
     print(f"fastest: {best['overrides']}\n  {best['why']}")

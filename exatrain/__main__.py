@@ -1,4 +1,5 @@
-"""`python -m exatrain ...`: the same command as `exatrain ...` (for environments without the console script)."""
+"""`python -m exatrain ...`: the same command as `exatrain ...` (for environments without the console
+script)."""
 
 import sys
 

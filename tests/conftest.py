@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def clean_environment(env=None) -> dict:
-    """This process's environment without launcher variables (so the CLI starts its own workers), plus `env`."""
+    """This process's environment without launcher variables (so the CLI starts its own workers), plus
+    `env`."""
     base = {
         k: v
         for k, v in os.environ.items()
@@ -76,7 +77,8 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]
 
 
 def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
-    """Poll `condition()` every 20 ms until it returns something true; fail (and stop `proc`) after `timeout` s."""
+    """Poll `condition()` every 20 ms until it returns something true; fail (and stop `proc`) after
+    `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = condition()
@@ -110,7 +112,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def worker_pid(launcher_pid: int, rank: int) -> int | None:
-    """The pid of the torchrun worker with global rank `rank` below `launcher_pid` (RANK in its environment)."""
+    """The pid of the torchrun worker with global rank `rank` below `launcher_pid` (RANK in its
+    environment)."""
     for pid in descendants(launcher_pid):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -1,8 +1,8 @@
 """Your own Horovod script on exatrain's launch path (no `horovodrun`, no MPI, no ssh).
 
-    exatrain run --nproc 2 examples/horovod_own/train.py                   # 2 local ranks
-    srun exatrain run examples/horovod_own/train.py --epochs 3             # inside a SLURM job step
-    python examples/horovod_own/train.py                                   # one plain process (Horovod of size 1)
+    exatrain run --nproc 2 examples/horovod_own/train.py          # 2 local ranks
+    srun exatrain run examples/horovod_own/train.py --epochs 3    # inside a SLURM job step
+    python examples/horovod_own/train.py                          # one plain process (Horovod of size 1)
 
 The shape of Horovod's own PyTorch examples (pytorch_mnist.py, pytorch_imagenet_resnet50.py), with one
 change: `exatrain.init_horovod(ctx)` instead of `hvd.init()`. It hosts Horovod's gloo rendezvous on rank 0

@@ -5,9 +5,9 @@ the GPU), wraps a tiny model in DDP, shards a synthetic dataset with Distributed
 epochs. Start it with `torchrun`, `exatrain run --nproc 2 train.py`, or `exatrain submit` on a cluster;
 `python train.py` without a launcher (no RANK in the environment) trains as a world of one.
 
-Besides training, every rank writes OUT/rank-N.json with the launcher variables as it saw them, its losses (the
-epochs' means over all ranks, and its own loss of every step) and a checksum of its weights (the tests check
-these; DDP keeps the weights equal on every rank).
+Besides training, every rank writes OUT/rank-N.json with the launcher variables as it saw them, its losses
+(the epochs' means over all ranks, and its own loss of every step) and a checksum of its weights (the tests
+check these; DDP keeps the weights equal on every rank).
 """
 
 import argparse

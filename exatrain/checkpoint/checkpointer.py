@@ -62,7 +62,8 @@ class Checkpointer:
         self.run_dir = Path(run_dir)
         self.step_count = 0
         # `manager`: a factory (get_progress, set_progress) -> an object with CheckpointManager's methods,
-        # for engines that write their own format; a DeepSpeed engine gets DeepSpeed's; default: exatrain's DCP
+        # for engines that write their own format; a DeepSpeed
+        # engine gets DeepSpeed's; default: exatrain's DCP
         if manager is None:
             manager = _engine_manager(model, self.run_dir / "checkpoints", interval, keep, ctx.world_size)
         self.manager = (
@@ -137,7 +138,8 @@ class Checkpointer:
         return saved
 
     def save(self, n: int | None = None) -> Path:
-        """Write a checkpoint of the current state now, as step `n` (default: the last step given to step())."""
+        """Write a checkpoint of the current state now, as step `n` (default: the last step given to
+        step())."""
         if n is not None:
             self.step_count = n
         heartbeat.mark("checkpoint")
@@ -179,8 +181,8 @@ class Checkpointer:
 
 
 #: (is_engine(model), factory(root, interval, keep, model, world_size) -> manager factory): registered by an
-#: outside engine's package (engines/deepspeed/checkpoints.py) when it is imported, so this layer never imports
-#: the engines above it
+#: outside engine's package (engines/deepspeed/checkpoints.py) when it is imported, so this layer never
+#: imports the engines above it
 _ENGINE_MANAGERS: list[tuple] = []
 
 

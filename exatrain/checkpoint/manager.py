@@ -125,7 +125,8 @@ class CheckpointManager:
         return planner
 
     def _guard(self, optimizer) -> None:
-        """Make every later `optimizer.step()` first wait until the background copy of the state is complete."""
+        """Make every later `optimizer.step()` first wait until the background copy of the state is
+        complete."""
         if id(optimizer) not in self._guarded:
             optimizer.register_step_pre_hook(lambda *_: self._staged())
             self._guarded.add(id(optimizer))
@@ -172,7 +173,8 @@ class CheckpointManager:
             self.wait()
 
     def wait(self) -> None:
-        """Block until the background save (if any) is written, then commit it; errors become ExatrainError."""
+        """Block until the background save (if any) is written, then commit it; errors become
+        ExatrainError."""
         self._staged()
         if self.pending is None:
             return

@@ -34,8 +34,9 @@ class PreemptionFlag:
         self.received = signal.Signals(signum).name
 
     def agreed(self, device: torch.device) -> bool:
-        """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it). On GPUs the
-        answer is the previous call's, so that the check does not wait for the step that was just queued."""
+        """Collective: did any rank receive a signal? (one tiny all-reduce; all ranks must call it). On GPUs
+        the answer is the previous call's, so that the check does not wait for the step that was just
+        queued."""
         return self._any_rank(self.received is not None, device)
 
     def restore(self) -> None:

@@ -119,8 +119,8 @@ class CheckpointWriter(FileSystemWriter):
     def write_data(self, plan, planner):
         """Write this rank's items; raise if any was not written.
 
-        DCP's extra writer threads only print their exceptions (a traceback on stderr), and the save would then
-        commit a checkpoint whose metadata lacks that thread's tensors (found only when loading it). So a
+        DCP's extra writer threads only print their exceptions (a traceback on stderr), and the save would
+        then commit a checkpoint whose metadata lacks that thread's tensors (found only when loading it). So a
         failed file's error is kept by `create_stream` instead of ending its thread, and raised here, on the
         thread DCP gathers failures from; the item count is checked as well.
         """
@@ -134,9 +134,9 @@ class CheckpointWriter(FileSystemWriter):
         return future
 
 
-# Test hook, for tests/distributed/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes every rank
-# but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files meanwhile), so that a
-# test can kill -9 a rank while the save is in flight. Never set in real runs.
+# Test hook, for tests/distributed/test_checkpoint.py only: EXATRAIN_TEST_SAVE_PAUSE="STEP:SECONDS" makes
+# every rank but 0 sleep before writing its part of step STEP's checkpoint (rank 0 writes its files
+# meanwhile), so that a test can kill -9 a rank while the save is in flight. Never set in real runs.
 PAUSE_HOOK = "EXATRAIN_TEST_SAVE_PAUSE"
 
 

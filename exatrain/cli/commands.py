@@ -81,7 +81,8 @@ def _default_nproc() -> int:
 
 
 def cmd_run(args, extra: list[str]) -> int:
-    """Run the user's script: as this launcher's rank (exec), or in --nproc local workers under torchrun's agent."""
+    """Run the user's script: as this launcher's rank (exec), or in --nproc local workers under torchrun's
+    agent."""
     _check_torch()
     from exatrain.env import detect_environment
     from exatrain.env.devices import count_node_gpus
@@ -249,7 +250,8 @@ def _prepared(args, overrides: list[str]):
 
 
 def cmd_sbatch(args, overrides: list[str]) -> int:
-    """`exatrain sbatch` is `exatrain submit --dry-run`: the job script on stdout, the sbatch command on stderr."""
+    """`exatrain sbatch` is `exatrain submit --dry-run`: the job script on stdout, the sbatch command on
+    stderr."""
     args.dry_run, args.test_only = True, False
     return cmd_submit(args, overrides)
 
@@ -281,7 +283,8 @@ def cmd_submit(args, overrides: list[str], runner=None) -> int:
     if args.dry_run:
         print(job.script, end="")
         print(
-            f"# dry run: would write {shlex.quote(str(job.script_path))} and {shlex.quote(str(job.config_path))}, "
+            f"# dry run: would write {shlex.quote(str(job.script_path))} and "
+            f"{shlex.quote(str(job.config_path))}, "
             f"then run: {shlex.join(['sbatch', '--parsable', str(job.script_path)])}",
             file=sys.stderr,
         )
@@ -414,7 +417,8 @@ def cmd_doctor(args, extra: list[str]) -> int:
 
 def _doctor_verdict(verdict_dir: str, nproc: int, agent_code: int) -> int:
     """The exit code of `exatrain doctor --nproc N`: the worst verdict its ranks left (0 passed, 1 a check
-    failed, 2 an error); the agent's own code when a rank ended without one (it crashed; the agent said which)."""
+    failed, 2 an error); the agent's own code when a rank ended without one (it crashed; the agent said
+    which)."""
     codes = [int(p.read_text()) for p in Path(verdict_dir).glob("rank*")]
     if len(codes) < nproc and agent_code:
         return agent_code

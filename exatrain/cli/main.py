@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--target-tokens",
         type=float,
-        help="also predict wall time and billing units to train on this many tokens, e.g. 300e9 (implies --time)",
+        help="also predict wall time and billing units to train on this many tokens, e.g. 300e9 "
+        "(implies --time)",
     )
     pl.add_argument(
         "--search",
@@ -417,7 +418,8 @@ def _renamed(argv: list[str]) -> list[str]:
         name, eq, value = word.partition("=")
         if name in renames:
             print(
-                f"exatrain: note: {argv[0]} {name} is now {renames[name]}; the old name is accepted until the "
+                f"exatrain: note: {argv[0]} {name} is now {renames[name]}; the old name is "
+                "accepted until the "
                 "next release",
                 file=sys.stderr,
             )
@@ -455,7 +457,8 @@ def _resolve_config(args) -> None:
 
 
 def _add_container_command(sub) -> None:
-    """`container venv IMAGE VENV`: the job's Python environment over a site image (docs/sites/containers.md)."""
+    """`container venv IMAGE VENV`: the job's Python environment over a site image
+    (docs/sites/containers.md)."""
     co = sub.add_parser(
         "container", allow_abbrev=False, help="prepare a container image's environment for jobs"
     )

@@ -147,7 +147,8 @@ class ParallelConfig:
     )
     pp_microbatches: int = doc(
         0,
-        "Pipeline microbatches per micro-batch (0 = the number of stages); must divide train.micro_batch_size.",
+        "Pipeline microbatches per micro-batch (0 = the number of stages); must divide "
+        "train.micro_batch_size.",
     )
     fsdp_reshard_after_forward: bool = doc(
         True, "FSDP frees gathered parameters after forward (saves memory, gathers again in backward)."
@@ -260,7 +261,8 @@ class ProfilerConfig:
 
 @dataclass(frozen=True)
 class JobConfig:
-    """SLURM job for `exatrain sbatch`, `cost` and `submit`: resources, site profile, container, launch mode."""
+    """SLURM job for `exatrain sbatch`, `cost` and `submit`: resources, site profile, container, \
+launch mode."""
 
     nodes: int = doc(1, "Nodes to allocate (>= 1).")
     gpus_per_node: int = doc(

@@ -4,7 +4,9 @@ Typical use::
 
     corpus = load_corpus("synthetic", None, cache_dir)          # or "wikitext"/"text" with a directory
     train = corpus.split("train")
-    sampler = GlobalBatchSampler(num_windows(len(train), seq_len), global_batch, rank, world_size, micro_batch)
+    sampler = GlobalBatchSampler(
+        num_windows(len(train), seq_len), global_batch, rank, world_size, micro_batch
+    )
     for indices in sampler:
         x, y = make_batch(train, indices, seq_len)
 """

@@ -37,7 +37,8 @@ DONE = "done"
 
 
 def cache_key(kind: str, sources: Iterable[str | os.PathLike], options: dict[str, Any]) -> str:
-    """A short hex digest identifying a tokenised corpus: kind, source files' path/size/mtime, options, format."""
+    """A short hex digest identifying a tokenised corpus: kind, source files' path/size/mtime, options,
+    format."""
     files = []
     for src in sources:
         p = Path(src).expanduser().resolve()
@@ -143,7 +144,8 @@ def cached_corpus(
     options: dict[str, Any],
     build: Callable[[], Corpus],
 ) -> Corpus:
-    """Return the cached corpus for (kind, sources, options), building and caching it with ``build()`` if needed.
+    """Return the cached corpus for (kind, sources, options), building and caching it with ``build()`` if
+    needed.
 
     With ``cache_dir`` None or empty, just call ``build()``. The result of a cache hit or a fresh build
     is always read back from the cache, so every rank gets identical, memory-mapped arrays.

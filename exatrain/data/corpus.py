@@ -60,7 +60,8 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     except UnicodeDecodeError as exc:
         raise DataError(
             f"{path} is not valid UTF-8 text ({exc.reason} at byte {exc.start})",
-            f"convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path}`) or remove it from the data directory",
+            f"convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path}`) or remove it from the "
+            "data directory",
         ) from exc
     except OSError as exc:
         raise DataError(
@@ -83,11 +84,18 @@ def check_not_empty(corpus: Corpus, where: str, hint: str | None = None) -> Corp
 
 
 def check_dir(path: str | os.PathLike | None, kind: str) -> Path:
-    """Return ``path`` as a Path if it is an existing directory, else raise DataError saying how to get one."""
+    """Return ``path`` as a Path if it is an existing directory, else raise DataError saying how to get
+    one."""
     if kind == "wikitext":
-        get = f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set data.path to DIR"
+        get = (
+            f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set "
+            "data.path to DIR"
+        )
     else:
-        get = "put your text files (*.txt, *.md, ...) in a directory readable from every node and set data.path to it"
+        get = (
+            "put your text files (*.txt, *.md, ...) in a directory readable from every node and set "
+            "data.path to it"
+        )
     if path is None or str(path) == "":
         raise DataError(
             f"data.kind = {kind!r} needs a directory, but no data.path was given",

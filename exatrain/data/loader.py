@@ -57,7 +57,8 @@ class DataLoader(StatefulDataLoader):
     ):
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise DataError(
-                f"exatrain.DataLoader needs a map-style dataset (len() and [i]), got {type(dataset).__name__}",
+                "exatrain.DataLoader needs a map-style dataset (len() and [i]), got "
+                f"{type(dataset).__name__}",
                 "wrap the data in a torch.utils.data.Dataset with __len__ and __getitem__",
             )
         rank, size = (ctx.dp_rank, ctx.dp_size) if ctx is not None else (0, 1)

@@ -72,7 +72,8 @@ def prepare_wikitext2(
             return out
         raise DataError(
             f"could not download WikiText-2 into {out}; tried:\n  " + "\n  ".join(failures),
-            "run `exatrain data prepare wikitext-2 --out DIR` on a machine with internet access (e.g. a login node; "
+            "run `exatrain data prepare wikitext-2 --out DIR` on a machine with internet access "
+            "(e.g. a login node; "
             "compute nodes are often offline) and set data.path to DIR; or copy wiki.train.tokens, "
             "wiki.valid.tokens and wiki.test.tokens into DIR by hand (or pass the file:// URL of a "
             "wikitext-2-v1.zip fetched elsewhere)",
@@ -114,7 +115,8 @@ def _make_parents(path: Path) -> list[Path]:
 
 
 def _download(url: str, dest: Path, timeout: float, log: IO[str]) -> None:
-    """Fetch ``url`` into ``dest`` with a progress line about every 10 %; raise _Failed on any network error."""
+    """Fetch ``url`` into ``dest`` with a progress line about every 10 %; raise _Failed on any network
+    error."""
     print(f"downloading {url}", file=log, flush=True)
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "exatrain-data-prepare"})
@@ -162,7 +164,8 @@ def _human(n: int) -> str:
 
 
 def _extract(archive: Path, dest: Path) -> None:
-    """Check that ``archive`` is a zip holding the three WikiText-2 files and unpack them flat into ``dest``."""
+    """Check that ``archive`` is a zip holding the three WikiText-2 files and unpack them flat into
+    ``dest``."""
     try:
         with zipfile.ZipFile(archive) as zf:
             members = {Path(info.filename).name: info for info in zf.infolist() if not info.is_dir()}
@@ -182,7 +185,8 @@ def _extract(archive: Path, dest: Path) -> None:
 
 
 def _install(src: Path, out: Path) -> None:
-    """Move the verified files into ``out``: one rename of the directory if ``out`` is new, else file by file."""
+    """Move the verified files into ``out``: one rename of the directory if ``out`` is new, else file by
+    file."""
     try:
         os.rename(src, out)  # atomic when out does not exist (or is an empty directory)
         return

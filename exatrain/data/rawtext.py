@@ -83,6 +83,7 @@ def load_text_dir(path: str | os.PathLike, max_vocab: int | None = None) -> Corp
     return check_not_empty(
         corpus,
         str(path),
-        hint=f"a text corpus needs at least {EVERY} non-blank lines (every {EVERY}th goes to valid) and real words; "
+        hint=f"a text corpus needs at least {EVERY} non-blank lines (every {EVERY}th goes to valid) "
+        "and real words; "
         'add more text to the directory, or use data.kind = "synthetic"',
     )

@@ -78,10 +78,13 @@ class GlobalBatchSampler:
         self.micro_batch = _positive("micro batch size", micro_batch)
         if self.global_batch % (self.world_size * self.micro_batch) != 0:
             raise DataError(
-                f"global batch {self.global_batch} is not divisible by world size {self.world_size} x micro batch "
-                f"{self.micro_batch} = {self.world_size * self.micro_batch}: batch size not divisible as configured",
+                f"global batch {self.global_batch} is not divisible by world size "
+                f"{self.world_size} x micro batch "
+                f"{self.micro_batch} = {self.world_size * self.micro_batch}: batch size not "
+                "divisible as configured",
                 "choose the global batch as a multiple of (number of ranks x micro batch), e.g. "
-                f"{_round_up(self.global_batch, self.world_size * self.micro_batch)}, or change the micro batch",
+                f"{_round_up(self.global_batch, self.world_size * self.micro_batch)}, or change "
+                "the micro batch",
             )
         if self.num_samples < self.global_batch:
             raise DataError(
@@ -135,7 +138,8 @@ class GlobalBatchSampler:
         return self._perm[2]
 
     def global_batch_indices(self) -> np.ndarray:
-        """All ``global_batch`` sample indices of the next optimizer step (every rank's share, in rank order)."""
+        """All ``global_batch`` sample indices of the next optimizer step (every rank's share, in rank
+        order)."""
         perm = self.permutation(self.epoch)
         idx = perm[self.consumed : self.consumed + self.global_batch]
         if idx.size < self.global_batch:  # drop_last=False: fill the last step from the epoch's start
@@ -175,7 +179,8 @@ class GlobalBatchSampler:
                 yield mb
 
     def iter_steps(self, num_steps: int | None = None) -> Iterator[list[list[int]]]:
-        """Per optimizer step, this rank's list of micro-batches; crosses epochs; endless if ``num_steps`` is None."""
+        """Per optimizer step, this rank's list of micro-batches; crosses epochs; endless if ``num_steps`` is
+        None."""
         done = 0
         while num_steps is None or done < num_steps:
             mbs = self.rank_micro_batches()
@@ -194,7 +199,8 @@ class GlobalBatchSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` taken at any world size / micro batch (same corpus and seq_len)."""
+        """Continue from a :meth:`state_dict` taken at any world size / micro batch (same corpus and
+        seq_len)."""
         try:
             epoch, consumed = int(state["epoch"]), int(state["consumed"])
         except (KeyError, TypeError, ValueError) as exc:

@@ -47,7 +47,8 @@ class SyntheticLanguage:
         if n_topics < 1 or n_words < max(4 * succ, 2 * n_topics):
             raise DataError(
                 f"synthetic corpus with vocab_size={vocab_size} and n_topics={n_topics} is too small",
-                f"use vocab_size >= {max(4 * succ, 2 * n_topics) + 2} and n_topics >= 1 (defaults: 512 and 8)",
+                f"use vocab_size >= {max(4 * succ, 2 * n_topics) + 2} and n_topics >= 1 "
+                "(defaults: 512 and 8)",
             )
         self.seed = int(seed)
         self.vocab_size = int(vocab_size)

@@ -47,16 +47,19 @@ def wikitext_sources(
         looked = "; ".join(" or ".join(_names(s)) for s in missing)
         if "train" in missing and roles["train"] == "train" and found:
             hint = (
-                f"download the full corpus with `{PREPARE_HINT_CMD}` on a login node and set data.path to DIR; "
+                f"download the full corpus with `{PREPARE_HINT_CMD}` on a login node and set "
+                "data.path to DIR; "
                 f'or, for a smoke test only, train on another split with train_from="{next(iter(found))}"'
             )
         else:
             hint = (
-                f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set data.path to DIR, "
+                f"run `{PREPARE_HINT_CMD}` on a machine with internet (e.g. a login node) and set "
+                "data.path to DIR, "
                 "or copy the split files into the directory by hand"
             )
         raise DataError(
-            f"WikiText directory {d} lacks the {', '.join(missing)} split (looked for {looked}; found: {present})",
+            f"WikiText directory {d} lacks the {', '.join(missing)} split (looked for {looked}; "
+            f"found: {present})",
             hint,
         )
     return {role: found[src] for role, src in roles.items()}

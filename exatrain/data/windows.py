@@ -52,7 +52,8 @@ def make_batch(tokens: np.ndarray, indices: Sequence[int], seq_len: int) -> tupl
         raise DataError(
             f"sample indices {int(idx.min())}..{int(idx.max())} out of range: {len(tokens)} tokens hold {n} "
             f"windows of {seq_len}+1",
-            "build the sampler with num_samples = num_windows(len(tokens), seq_len) for the same split and seq_len",
+            "build the sampler with num_samples = num_windows(len(tokens), seq_len) for the same "
+            "split and seq_len",
         )
     rows = np.asarray(tokens[idx[:, None] * seq_len + np.arange(seq_len + 1)], dtype=np.int64)
     t = torch.from_numpy(rows)

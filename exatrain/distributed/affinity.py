@@ -1,7 +1,7 @@
-"""CPU binding at start (exatrain.init, exatrain train). In torchrun mode each worker binds itself to its GPU's cores (one SLURM task
-holds all of a node's cores there, so srun cannot bind per GPU); then every rank compares its CPU affinity
-with the cores expected for it, rank 0 prints one table, and a mismatch warns (dist.affinity = warn) or
-fails the job (strict).
+"""CPU binding at start (exatrain.init, exatrain train). In torchrun mode each worker binds itself to its
+GPU's cores (one SLURM task holds all of a node's cores there, so srun cannot bind per GPU); then every rank
+compares its CPU affinity with the cores expected for it, rank 0 prints one table, and a mismatch warns
+(dist.affinity = warn) or fails the job (strict).
 
 Same concept as env/affinity.py, one layer apart: that module reads and compares masks (no torch); this one
 binds and reports at start.
@@ -38,7 +38,8 @@ def job_masks(job: JobConfig) -> tuple[str, ...]:
 def bind_torchrun_worker(job: JobConfig, kind: str, local_rank: int, on_gpu: bool) -> str:
     """torchrun mode (a torchelastic worker of a ``launch = "torchrun"`` job): bind this process to its GPU's
     mask (its local rank's when it uses no GPU) before it allocates anything (env.affinity.bind_worker, which
-    the script runner uses for users' scripts too). Returns what was done, for the affinity table ('' = nothing)."""
+    the script runner uses for users' scripts too). Returns what was done, for the affinity table ('' =
+    nothing)."""
     if job.launch != "torchrun" or kind != "torchelastic":
         return ""
     masks = job_masks(job)

@@ -90,9 +90,11 @@ def detect_blocks(model: nn.Module) -> Blocks:
                 best, best_key = [(parent, attr, prefix + attr) for attr, _ in members], key
     if best is None:
         raise ExatrainError(
-            f"exatrain.parallelize: found no repeated blocks in {type(model).__name__} (no module has two or more "
+            f"exatrain.parallelize: found no repeated blocks in {type(model).__name__} (no module "
+            "has two or more "
             "children of the same class with layers of their own)",
-            "pass blocks= explicitly: a list of submodules (blocks=list(model.layers)), the dotted name of their "
+            "pass blocks= explicitly: a list of submodules (blocks=list(model.layers)), the "
+            "dotted name of their "
             "container (blocks='encoder.layers'), or blocks=[] to treat the whole model as one unit",
         )
     return Blocks(best)

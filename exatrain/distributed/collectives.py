@@ -99,12 +99,13 @@ def _reduce_flag(flag: bool, device, op) -> bool:
 class LaggedAnyRank:
     """`any_rank` for a flag checked after every training step, without making the host wait for the GPU.
 
-    On a CUDA device `any_rank` would copy the flag to the GPU and read the reduced value back, and both copies
-    wait until the GPU has finished the whole step: the host cannot queue the next step ahead, so the GPU idles
-    while Python starts it. Here each call starts its all-reduce in the stream's order (pinned buffers,
-    non-blocking copies) and returns the PREVIOUS call's result, waiting only for that one (an event recorded
-    a step ago, normally long done). Every rank reads the same reduced value, so all ranks still agree, one
-    call later. Without a group, or off CUDA (gloo on CPUs, where a reduction is cheap), it is `any_rank`.
+    On a CUDA device `any_rank` would copy the flag to the GPU and read the reduced value back, and both
+    copies wait until the GPU has finished the whole step: the host cannot queue the next step ahead, so the
+    GPU idles while Python starts it. Here each call starts its all-reduce in the stream's order (pinned
+    buffers, non-blocking copies) and returns the PREVIOUS call's result, waiting only for that one (an event
+    recorded a step ago, normally long done). Every rank reads the same reduced value, so all ranks still
+    agree, one call later. Without a group, or off CUDA (gloo on CPUs, where a reduction is cheap), it is
+    `any_rank`.
     """
 
     def __init__(self):

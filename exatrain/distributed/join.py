@@ -13,17 +13,20 @@ from exatrain.env.affinity import format_ranges
 from exatrain.errors import ExatrainError
 
 _HINT = (
-    "check that every rank was started (the job's other nodes, `srun` errors in the job log), that the master "
+    "check that every rank was started (the job's other nodes, `srun` errors in the job log), "
+    "that the master "
     "address resolves to the first node from all nodes and the port is free; raise dist.timeout_s if nodes "
     "start slowly"
 )
 
 
 def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
-    """Check in at the master's TCP store and wait until all ranks did; returns the store (the group reuses it).
+    """Check in at the master's TCP store and wait until all ranks did; returns the store (the group reuses
+    it).
 
-    Rank 0 hosts the store (unless torchrun's agent shares its own: then every worker is a client) and waits for the
-    others; on a timeout it publishes the missing ranks, and every rank raises an ExatrainError naming them.
+    Rank 0 hosts the store (unless torchrun's agent shares its own: then every worker is a client) and waits
+    for the others; on a timeout it publishes the missing ranks, and every rank raises an ExatrainError naming
+    them.
     """
     where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
     try:

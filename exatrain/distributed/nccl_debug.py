@@ -20,7 +20,8 @@ NCCL_DEBUG_SUBSYS = "INIT,NET"
 
 
 def nccl_debug_log_path(log_dir: str | Path, rank: int) -> Path:
-    """The file NCCL writes rank `rank`'s log to under `log_dir` (one file per rank: ranks never share one)."""
+    """The file NCCL writes rank `rank`'s log to under `log_dir` (one file per rank: ranks never share
+    one)."""
     return Path(log_dir) / f"nccl-rank{rank}.log"
 
 
@@ -35,7 +36,8 @@ def nccl_debug_env(log_dir: str | Path, rank: int) -> dict[str, str]:
 
 def enable_nccl_debug_log(log_dir: str | Path, rank: int) -> Path:
     """Make this process's NCCL log its set-up to a file of its own (before its first communicator exists);
-    returns the file's path. A file name with a `%` would be expanded by NCCL (%h host, %p pid), so none is used."""
+    returns the file's path. A file name with a `%` would be expanded by NCCL (%h host, %p pid), so none is
+    used."""
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     os.environ.update(nccl_debug_env(log_dir, rank))
     return nccl_debug_log_path(log_dir, rank)

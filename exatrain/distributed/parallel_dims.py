@@ -55,16 +55,20 @@ class ParallelDims:
         if inferred:
             if world_size % known:
                 raise ConfigError(
-                    f"cannot infer parallel.{inferred[0]}: world size {world_size} is not divisible by the product "
+                    f"cannot infer parallel.{inferred[0]}: world size {world_size} is not "
+                    "divisible by the product "
                     f"{_formula(degrees)} = {known} of the other degrees",
-                    f"choose degrees whose product divides {world_size}, or run on a multiple of {known} ranks",
+                    f"choose degrees whose product divides {world_size}, or run on a multiple of "
+                    f"{known} ranks",
                 )
             degrees[inferred[0]] = world_size // known
         if math.prod(degrees.values()) != world_size:
             raise ConfigError(
-                f"the parallel layout {_formula(degrees)} = {math.prod(degrees.values())} ranks does not match "
+                f"the parallel layout {_formula(degrees)} = {math.prod(degrees.values())} ranks "
+                "does not match "
                 f"the world size {world_size}",
-                f"make pp x dp_replicate x dp_shard x tp equal {world_size} (or set one degree to -1 to infer it)",
+                f"make pp x dp_replicate x dp_shard x tp equal {world_size} (or set one degree to "
+                "-1 to infer it)",
             )
         return cls(world_size=world_size, **degrees)
 
@@ -126,9 +130,11 @@ class ParallelDims:
         self._check_pp(cfg, shape, micro_batch)
         if (cfg.param_dtype != "fp32" or cfg.cpu_offload) and not self.fsdp:
             raise ConfigError(
-                "parallel.param_dtype and parallel.cpu_offload are FSDP options, but this layout does not shard "
+                "parallel.param_dtype and parallel.cpu_offload are FSDP options, but this layout "
+                "does not shard "
                 f"(parallel.dp_shard={self.dp_shard})",
-                "set --parallel.dp_shard to 2 or more (FSDP), or use --train.precision=bf16 (autocast) without FSDP",
+                "set --parallel.dp_shard to 2 or more (FSDP), or use --train.precision=bf16 "
+                "(autocast) without FSDP",
             )
 
     def _check_tp(self, cfg: ParallelConfig, shape) -> None:
@@ -186,7 +192,8 @@ class ParallelDims:
         if micro_batch % micro:
             raise ConfigError(
                 f"parallel.pp_microbatches={micro} does not divide train.micro_batch_size={micro_batch}",
-                f"pick a micro batch that is a multiple of {micro}, e.g. --train.micro_batch_size={micro * max(1, micro_batch // micro)}",
+                f"pick a micro batch that is a multiple of {micro}, e.g. "
+                f"--train.micro_batch_size={micro * max(1, micro_batch // micro)}",
             )
         if micro < self.pp:
             raise ConfigError(

@@ -27,8 +27,8 @@ from torch import nn
 
 from exatrain.distributed.parallelize import gathered_state_dict, local_tensor
 
-# torch.distributed.pipelining is imported where a Pipeline is built: it pulls in torch._dynamo and torch.export
-# (about 0.8 s per worker process), which runs without pipeline parallel never need
+# torch.distributed.pipelining is imported where a Pipeline is built: it pulls in torch._dynamo and
+# torch.export (about 0.8 s per worker process), which runs without pipeline parallel never need
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 MULTI_STAGE = ("interleaved_1f1b",)  # schedules that take a list of stages (several per rank)
 
@@ -50,8 +50,9 @@ class ScaledLoss:
 
 
 class Pipeline:
-    """`exatrain.Pipeline`: this rank's stages of a pipeline-parallel model and the torch.distributed.pipelining
-    schedule that drives them (pipeline parallel for any model split into stage modules).
+    """`exatrain.Pipeline`: this rank's stages of a pipeline-parallel model and the
+    torch.distributed.pipelining schedule that drives them (pipeline parallel for any model split into stage
+    modules).
 
     `chunks[i]` is the module of stage `ids[i]` (`Pipeline.stage_ids(pp_rank, pp, per_rank)`) of `n_stages`;
     the first stage takes the batch input, the last one returns what `loss_fn(output, target)` turns into a

@@ -63,7 +63,8 @@ def select_device(env: ClusterEnvironment, requested: str = "auto") -> torch.dev
     if not torch.cuda.is_available():
         raise ExatrainError(
             "train.device=cuda but torch sees no GPU",
-            f"check that this torch build has CUDA/ROCm (torch {torch.__version__}) and that the job requested GPUs",
+            f"check that this torch build has CUDA/ROCm (torch {torch.__version__}) and that the "
+            "job requested GPUs",
         )
     index = pick_device_index(env.local_rank, env.local_world_size, torch.cuda.device_count())
     torch.cuda.set_device(index)

@@ -32,9 +32,9 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor], device: torch.device) -> None:
-    """`exatrain.load_full_state_dict`: fill a parallelised model from a whole (unsharded) state dict that every
-    rank holds, the counterpart of `full_state_dict`; each rank copies out only its own FSDP/TP shards (no
-    communication). A model on the meta device (built without memory, then `exatrain.parallelize`d) is
+    """`exatrain.load_full_state_dict`: fill a parallelised model from a whole (unsharded) state dict that
+    every rank holds, the counterpart of `full_state_dict`; each rank copies out only its own FSDP/TP shards
+    (no communication). A model on the meta device (built without memory, then `exatrain.parallelize`d) is
     materialised on `device` first. Keys the model lacks are ignored (a pipeline stage takes its layers
     from the whole model's dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

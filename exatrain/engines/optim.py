@@ -29,7 +29,8 @@ def fused_ok(params: list[torch.Tensor]) -> bool:
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Multiplier of the peak LR at optimizer step `step` (0-based): linear warmup, then cosine to the floor."""
+    """Multiplier of the peak LR at optimizer step `step` (0-based): linear warmup, then cosine to the
+    floor."""
     if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     decay_steps = max(1, cfg.steps - cfg.warmup_steps)

@@ -23,7 +23,8 @@ def first_set(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None
 
 
 def require(environ: Mapping[str, str], *names: str, why: str) -> tuple[str, str]:
-    """Like :func:`first_set`, but a missing value is a :class:`ClusterEnvError` saying ``why`` it is needed."""
+    """Like :func:`first_set`, but a missing value is a :class:`ClusterEnvError` saying ``why`` it is
+    needed."""
     found = first_set(environ, *names)
     if found is None:
         wanted = " or ".join(names)

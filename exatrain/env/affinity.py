@@ -110,7 +110,8 @@ def _int(text: str, default: int) -> int:
 
 
 def physical_gpu(device_index: int, environ: Mapping[str, str] | None = None) -> int:
-    """The node's GPU number behind torch device ``device_index`` after the visibility variables narrowed it."""
+    """The node's GPU number behind torch device ``device_index`` after the visibility variables narrowed
+    it."""
     narrowed = narrowed_ids(visibility(os.environ if environ is None else environ))
     if narrowed and device_index < len(narrowed) and narrowed[device_index].isdigit():
         return int(narrowed[device_index])

@@ -105,7 +105,8 @@ class ClusterEnvironment(abc.ABC):
         return ()
 
     def _read_launcher_hosts_store(self, environ: Mapping[str, str]) -> bool:
-        """Whether the launcher already serves the rendezvous store at the master address (none does by default)."""
+        """Whether the launcher already serves the rendezvous store at the master address (none does by
+        default)."""
         return False
 
     def _choose_port(self, environ: Mapping[str, str], master_port: int | None) -> int:
@@ -136,7 +137,8 @@ class ClusterEnvironment(abc.ABC):
 
     @property
     def node_rank(self) -> int | None:
-        """Index of this node among the job's nodes; None where the launcher does not say (see node_layout)."""
+        """Index of this node among the job's nodes; None where the launcher does not say (see
+        node_layout)."""
         return self._layout.node_rank
 
     @property
@@ -178,7 +180,8 @@ class ClusterEnvironment(abc.ABC):
 
     @property
     def restart_count(self) -> int:
-        """How often this job was restarted: by torchrun's elastic agent or by a SLURM requeue (0 = first run)."""
+        """How often this job was restarted: by torchrun's elastic agent or by a SLURM requeue (0 = first
+        run)."""
         return self._restart_count
 
     @property

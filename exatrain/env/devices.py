@@ -16,7 +16,8 @@ VISIBILITY_VARS = (
 
 
 def visibility(environ: Mapping[str, str]) -> dict[str, list[str] | None]:
-    """Each visibility variable as a list of device ids; None when unset, ``[]`` when set to empty (no GPU)."""
+    """Each visibility variable as a list of device ids; None when unset, ``[]`` when set to empty (no
+    GPU)."""
     return {
         name: None
         if name not in environ
@@ -100,7 +101,8 @@ def count_node_gpus(root: str = "/") -> int:
 
 
 def narrowed_ids(seen: Mapping[str, list[str] | None]) -> list[str] | None:
-    """The GPU ids the first set visibility variable leaves (from `visibility(...)`), or None when none is set.
+    """The GPU ids the first set visibility variable leaves (from `visibility(...)`), or None when none is
+    set.
 
     GPU_DEVICE_ORDINAL only mirrors the others; CUDA/HIP/ROCR narrow what the process sees."""
     return next((v for k, v in seen.items() if v is not None and k != "GPU_DEVICE_ORDINAL"), None)

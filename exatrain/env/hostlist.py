@@ -47,7 +47,8 @@ def parse_tasks_per_node(text: str, source: str = "") -> list[int]:
         if not match or int(match[1]) < 1 or int(match[2] or 1) < 1:
             raise ClusterEnvError(
                 f"cannot parse the tasks-per-node string {text!r}{_from(source)} (bad item {item!r})",
-                "SLURM writes it as comma-separated counts with optional repeats, e.g. '4', '2,1' or '2(x3),1'",
+                "SLURM writes it as comma-separated counts with optional repeats, e.g. '4', "
+                "'2,1' or '2(x3),1'",
             )
         counts.extend([int(match[1])] * int(match[2] or 1))
     return counts

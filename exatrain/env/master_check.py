@@ -38,7 +38,8 @@ def check_master(env: ClusterEnvironment, resolve: Callable[[str], str] = resolv
     if env.spans_nodes and _is_loopback(address):
         raise ClusterEnvError(
             f"master address {address!r} is a loopback address, but the job spans "
-            f"{f'{env.num_nodes} nodes' if env.num_nodes else 'several nodes'} ({where}): ranks on other nodes "
+            f"{f'{env.num_nodes} nodes' if env.num_nodes else 'several nodes'} ({where}): ranks "
+            "on other nodes "
             "can never reach it and would wait until the join timeout",
             _UNSET_HINT,
         )

@@ -68,7 +68,8 @@ class MPIEnvironment(ClusterEnvironment):
         if self.world_size == 1:
             return LOOPBACK
         raise ClusterEnvError(
-            f"MASTER_ADDR is not set, and mpirun does not say which host rank 0 runs on ({self.world_size} ranks)",
+            "MASTER_ADDR is not set, and mpirun does not say which host rank 0 runs on "
+            f"({self.world_size} ranks)",
             "export MASTER_ADDR=$(hostname) on the first node and pass it on (mpirun -x MASTER_ADDR), "
             "or launch with srun or torchrun, which exatrain reads without help",
         )

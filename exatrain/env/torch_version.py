@@ -19,9 +19,9 @@ from exatrain.errors import ConfigError
 TORCH_FLOOR = (2, 4)
 
 #: The oldest torch exatrain's reference trainer (`exatrain train`) imports today: its checkpoint manager
-#: stages async checkpoints with torch.distributed.checkpoint.staging.DefaultStager (in the 2.9.1 wheel, not in
-#: 2.8.0's), besides the public DTensor (an empty torch.distributed.tensor in 2.4) and fully_shard. Launching,
-#: `exatrain run` and `exatrain submit` need only TORCH_FLOOR (docs/torch-versions.md).
+#: stages async checkpoints with torch.distributed.checkpoint.staging.DefaultStager (in the 2.9.1 wheel, not
+#: in 2.8.0's), besides the public DTensor (an empty torch.distributed.tensor in 2.4) and fully_shard.
+#: Launching, `exatrain run` and `exatrain submit` need only TORCH_FLOOR (docs/torch-versions.md).
 TRAINER_FLOOR = (2, 9)
 
 _RELEASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")

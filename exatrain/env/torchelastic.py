@@ -46,7 +46,8 @@ class TorchElasticEnvironment(ClusterEnvironment):
         )
         if restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             return (
-                "torchrun may restart these workers, but its agent shares its store with them: a restarted group "
+                "torchrun may restart these workers, but its agent shares its store with them: a "
+                "restarted group "
                 "can fail to connect; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun "
                 "(`exatrain train --nproc N --max-restarts K` does)",
             )
@@ -75,7 +76,7 @@ def worker_error_file(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def rank_label(environ: Mapping[str, str] | None = None) -> str:
-    """``[rank N] `` for the RANK this process was given (by torchrun, or by `exatrain run` under srun/mpirun),
-    ``[rank ?] `` without one: what `exatrain run --label` begins each line with."""
+    """``[rank N] `` for the RANK this process was given (by torchrun, or by `exatrain run` under
+    srun/mpirun), ``[rank ?] `` without one: what `exatrain run --label` begins each line with."""
     found = first_set(os.environ if environ is None else environ, "RANK")
     return f"[rank {found[1] if found else '?'}] "

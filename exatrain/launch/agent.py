@@ -5,8 +5,8 @@ and with that worker's exit code instead of torchrun's traceback and 1.
 
 It runs where the ranks run (the compute node, inside the container) and decides there, from the installed
 torch's version (read without importing torch), what torchrun is asked for: a torch older than exatrain's
-floor stops it at once with a HINT; torch >= 2.12 gets ``--signals-to-handle``/``--shutdown-timeout``; an older
-torch, whose agent handles only TERM/INT/HUP/QUIT and dies of SIGUSR2, gets the same behaviour from this
+floor stops it at once with a HINT; torch >= 2.12 gets ``--signals-to-handle``/``--shutdown-timeout``; an
+older torch, whose agent handles only TERM/INT/HUP/QUIT and dies of SIGUSR2, gets the same behaviour from this
 module (forward, then wait for the workers; see SignalForwarder and docs/torch-versions.md).
 """
 
@@ -39,8 +39,8 @@ def split_options(argv: list[str]) -> tuple[str, int | None, list[str]]:
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The live child processes of ``parent`` (torchrun's workers are the agent's children: it Popens each one,
-    in its own session), read from /proc so that no torch-internal API is needed."""
+    """The live child processes of ``parent`` (torchrun's workers are the agent's children: it Popens each
+    one, in its own session), read from /proc so that no torch-internal API is needed."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -115,7 +115,8 @@ def _without_unknown_local_addr(args: list[str], version: tuple[int, int, int]) 
     kept = [a for a in args if not a.startswith("--local-addr=") and not a.startswith("--local_addr=")]
     if len(kept) != len(args):
         print(
-            f"exatrain: note: torch {'.'.join(map(str, version))} has no --local-addr (torch >= 2.5): its workers "
+            f"exatrain: note: torch {'.'.join(map(str, version))} has no --local-addr (torch >= "
+            "2.5): its workers "
             "get this node's plain host name as MASTER_ADDR",
             file=sys.stderr,
             flush=True,

@@ -85,8 +85,8 @@ def _write_all(fd: int, data: bytearray) -> None:
 
 
 def install(label: str = "") -> collections.deque:
-    """Replace ``sys.stdout`` and ``sys.stderr`` by line writers on the same descriptors (``label`` begins each
-    line); returns the deque of the last lines both wrote (for a failure report)."""
+    """Replace ``sys.stdout`` and ``sys.stderr`` by line writers on the same descriptors (``label`` begins
+    each line); returns the deque of the last lines both wrote (for a failure report)."""
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     prefix = label.encode()
     for name in ("stdout", "stderr"):
@@ -109,7 +109,8 @@ def record_failure(message: str, tail: collections.deque, path: str | None) -> N
     """Write this rank's failure into torchrun's error file (``TORCHELASTIC_ERROR_FILE``, set by the agent
     for each worker) in the format of torch's ``@record`` (``ErrorHandler.record_exception``), with this
     rank's last lines and a timestamp in nanoseconds, so the agent can name the rank that failed first and
-    show its last lines. A file the script's own ``@record`` wrote is kept; outside torchrun nothing is written."""
+    show its last lines. A file the script's own ``@record`` wrote is kept; outside torchrun nothing is
+    written."""
     if not path or os.path.exists(path):
         return
     import json

@@ -52,8 +52,8 @@ def torchrun_command(
 
 def agent_command(nproc: int, target: list[str], max_restarts: int = 0, signals: str = "") -> list[str]:
     """The command that runs ``target`` (torchrun's form: ``SCRIPT ARGS`` or ``-m MODULE ARGS``) in `nproc`
-    workers on this node, under torchrun's agent in `exatrain.launch.agent` (torchrun's own arguments; a failed
-    worker is named and its exit code returned).
+    workers on this node, under torchrun's agent in `exatrain.launch.agent` (torchrun's own arguments; a
+    failed worker is named and its exit code returned).
 
     `--standalone` gives a private c10d rendezvous on a free local port, so concurrent runs never collide.
     ``signals`` (checkpoint.signals) are forwarded by the agent to the workers instead of killing it, which
@@ -140,8 +140,8 @@ def launch_target(
     own_store: bool = False,
     extra_env: dict[str, str] | None = None,
 ) -> int:
-    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit code,
-    or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
+    """Run ``target`` (``SCRIPT ARGS`` or ``-m MODULE ARGS``) in the workers; 0, the failed worker's exit
+    code, or EXIT_REQUEUE where the workers checkpointed on a signal (their marker in ``run_dir``; the agent
     itself exits 1 then). ``own_store``: see agent_environment."""
     marker = Path(run_dir) / REQUEUE_MARKER if run_dir else None
     if marker:
@@ -150,7 +150,8 @@ def launch_target(
     env = {**agent_environment(max_restarts, nproc=nproc, own_store=own_store), **(extra_env or {})}
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
         print(
-            f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker ({len(os.sched_getaffinity(0))} cores "
+            f"exatrain: OMP_NUM_THREADS={env['OMP_NUM_THREADS']} per worker "
+            f"({len(os.sched_getaffinity(0))} cores "
             f"/ {nproc} workers); export OMP_NUM_THREADS to choose another count",
             file=sys.stderr,
         )

@@ -32,7 +32,10 @@ from exatrain.env.nics import GLOO_IFNAME, gloo_interfaces
 from exatrain.errors import ConfigError, ExatrainError
 from exatrain.slurm.rank_command import script_runner_argv
 
-_USAGE = "exatrain run [--nproc N] [--max-restarts K] [--] SCRIPT.py [ARGS...]   or   exatrain run -m MODULE [ARGS...]"
+_USAGE = (
+    "exatrain run [--nproc N] [--max-restarts K] [--] SCRIPT.py [ARGS...]   or   exatrain run -m "
+    "MODULE [ARGS...]"
+)
 _PYTHON_SUFFIXES = (".py", ".pyw")
 
 
@@ -170,7 +173,10 @@ def affinity_note(env: ClusterEnvironment, gpu: int | None, masks: tuple[str, ..
     report = check_rank(env.global_rank, env.hostname, gpu, env.local_rank, masks)
     if not report.mismatch:
         return None
-    what = f"CPU affinity of rank {report.rank} on {report.host}: expected cores {report.expected}, runs on {report.actual} ({report.verdict})"
+    what = (
+        f"CPU affinity of rank {report.rank} on {report.host}: expected cores {report.expected}, runs "
+        f"on {report.actual} ({report.verdict})"
+    )
     hint = (
         "bind each task to its cores (srun --cpu-bind=mask_cpu:..., as scripts from `exatrain sbatch` do); "
         "--affinity=off skips this check"

@@ -1,6 +1,7 @@
-"""How exatrain starts a user's Python script in each rank: ``python -m exatrain.launch.script_runner SCRIPT.py
-ARGS`` (or ``-m MODULE ARGS``) runs it as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``,
-``sys.path[0]``, exit code, traceback) and then ends the process without the interpreter's finalization.
+"""How exatrain starts a user's Python script in each rank: ``python -m exatrain.launch.script_runner
+SCRIPT.py ARGS`` (or ``-m MODULE ARGS``) runs it as ``python SCRIPT.py ARGS`` would (``__main__``,
+``sys.argv``, ``sys.path[0]``, exit code, traceback) and then ends the process without the interpreter's
+finalization.
 
 Why: torch 2.13's gloo worker threads drop the tensors of a finished collective after the caller has moved on,
 and dropping a tensor that Python also saw takes the GIL. A process group kept alive past
@@ -14,15 +15,16 @@ does before finalizing (joins non-daemon threads, runs atexit handlers), frees t
 every open file, and leaves with ``os._exit`` as multiprocessing's child processes do. The one difference a
 script can see: objects still referenced at exit (from another module's globals, say) are not finalized.
 
-Every line the script writes to stdout or stderr goes out whole (`launch.lines`: torchrun's ``python -u`` would
-write each ``print`` argument on its own, mixing ranks' lines); the option ``--label`` (first) begins each line
-with ``[rank N] ``. A failed script's message and last lines go to torchrun's error file for the agent.
+Every line the script writes to stdout or stderr goes out whole (`launch.lines`: torchrun's ``python -u``
+would write each ``print`` argument on its own, mixing ranks' lines); the option ``--label`` (first) begins
+each line with ``[rank N] ``. A failed script's message and last lines go to torchrun's error file for the
+agent.
 
-Options before the script (never seen by it): ``--label``, then ``--gpu-cpu-masks=M0,M1,...`` binds a torchrun worker to the
-mask of the node's GPU behind its local rank, ``--cpu-masks=M0,M1,...`` to the mask of its local rank (CPU
-nodes), before the script allocates anything (`env.affinity.bind_worker`, as exatrain.init does). The torchrun
-mode of `exatrain submit` passes the job's masks (`launch.binding`): its one task per node holds all the
-node's cores, so srun cannot bind per GPU. A worker that cannot be bound says why, on one line.
+Options before the script (never seen by it): ``--label``, then ``--gpu-cpu-masks=M0,M1,...`` binds a torchrun
+worker to the mask of the node's GPU behind its local rank, ``--cpu-masks=M0,M1,...`` to the mask of its local
+rank (CPU nodes), before the script allocates anything (`env.affinity.bind_worker`, as exatrain.init does).
+The torchrun mode of `exatrain submit` passes the job's masks (`launch.binding`): its one task per node holds
+all the node's cores, so srun cannot bind per GPU. A worker that cannot be bound says why, on one line.
 
 Never imports torch.
 """
@@ -138,7 +140,8 @@ def _is_runner_frame(filename: str) -> bool:
 
 
 def _exit_code(e: SystemExit) -> int:
-    """The status python gives ``sys.exit(code)``: None is 0, an int is itself, anything else is printed and 1."""
+    """The status python gives ``sys.exit(code)``: None is 0, an int is itself, anything else is printed and
+    1."""
     if e.code is None:
         return 0
     if isinstance(e.code, int):
@@ -178,7 +181,8 @@ def _leave(code: int, interrupted: bool = False, report=lambda: None) -> None:
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()  # wait for non-daemon threads, as Py_FinalizeEx does first
-    atexit._run_exitfuncs()  # the script's (and torch's, logging's, multiprocessing's) exit handlers, in order
+    # the script's (and torch's, logging's, multiprocessing's) exit handlers, in order
+    atexit._run_exitfuncs()
     gc.collect()  # free the script's models and process groups while the interpreter is whole
     _flush_open_files()
     report()

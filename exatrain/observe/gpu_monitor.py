@@ -158,8 +158,8 @@ def _read_amdsmi() -> list[dict] | None:
 
 
 def _amd_gpu(amdsmi, index: int, handle) -> dict:
-    """One GPU's sample from amdsmi: activity in %, VRAM in MB (amdsmi's unit), power in W, junction temperature
-    in C. Readings a GPU does not support come back as "N/A" (or raise): None."""
+    """One GPU's sample from amdsmi: activity in %, VRAM in MB (amdsmi's unit), power in W, junction
+    temperature in C. Readings a GPU does not support come back as "N/A" (or raise): None."""
     vram = amdsmi.amdsmi_get_gpu_vram_usage(handle)
     power = _optional(lambda: amdsmi.amdsmi_get_power_info(handle)) or {}
     temp = _optional(

@@ -104,7 +104,8 @@ class HangWatcher:
     def _check_time_limit(self) -> None:
         if self.end_time is not None and time.time() + self.timeout_s > self.end_time:
             _say(
-                f"WARNING: hang timeout {self.timeout_s:g} s is longer than the {self.end_time - time.time():.0f} s "
+                f"WARNING: hang timeout {self.timeout_s:g} s is longer than the "
+                f"{self.end_time - time.time():.0f} s "
                 "left of this SLURM job: a hang would burn the rest of the allocation undetected\n"
                 "HINT: choose a hang timeout well below the job's time limit (e.g. 300 s)"
             )
@@ -117,8 +118,10 @@ class HangWatcher:
             self.auto = False
             if self.rank == 0:
                 _say(
-                    f"hang timeout {self.timeout_s:.0f} s (derived: the longest of {heartbeat.AUTO_STEPS} x the "
-                    f"median step, {self.auto_floor_s:g} s and the first step; set one with --hang-timeout or "
+                    f"hang timeout {self.timeout_s:.0f} s (derived: the longest of "
+                    f"{heartbeat.AUTO_STEPS} x the "
+                    f"median step, {self.auto_floor_s:g} s and the first step; set one with "
+                    "--hang-timeout or "
                     "run.hang_timeout_s)"
                 )
                 self._check_time_limit()
@@ -166,7 +169,8 @@ class HangWatcher:
         self._warned = True
         if self.timeout_s < 3 * step_s:
             _say(
-                f"WARNING: hang timeout {self.timeout_s:g} s is less than 3 measured steps ({step_s:.2f} s each): "
+                f"WARNING: hang timeout {self.timeout_s:g} s is less than 3 measured steps "
+                f"({step_s:.2f} s each): "
                 "a slow step (an evaluation, a checkpoint) would be taken for a hang\n"
                 f"HINT: raise the hang timeout to at least {max(10 * step_s, 60):.0f} s"
             )
@@ -196,7 +200,8 @@ class HangWatcher:
                 self._await_diagnosis()
         except Exception as e:
             _say(
-                f"rank {self.rank} is hung (no progress for over {self.timeout_s:g} s) but its dump failed: {e!r}"
+                f"rank {self.rank} is hung (no progress for over {self.timeout_s:g} s) but its "
+                f"dump failed: {e!r}"
             )
         if self.exit_process:
             sys.stdout.flush()
@@ -229,7 +234,8 @@ class HangWatcher:
         (self.dir / DECLARED).write_text(self.token)
 
     def _gather(self) -> tuple[dict[int, dict], dict[int, dict]]:
-        """Every rank's report, or its last heartbeat once that went stale; waits at most stale_s + 2 beats."""
+        """Every rank's report, or its last heartbeat once that went stale; waits at most stale_s + 2
+        beats."""
         deadline = time.monotonic() + self.stale_s + 2 * self.interval
         while True:
             reports, stopped = {}, {}

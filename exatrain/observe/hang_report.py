@@ -87,8 +87,10 @@ def _describe(rank: int, rep: dict, stopped: bool) -> str:
     place = rep.get("where") or "an unknown place"
     if stopped:
         return (
-            f"{who} stopped beating {rep.get('silent_s', 0):.0f} s ago (a stopped process, e.g. SIGSTOP, or one "
-            f"stuck holding Python's lock, whose last heartbeat file said {at}, phase {rep['phase']}) and stands at "
+            f"{who} stopped beating {rep.get('silent_s', 0):.0f} s ago (a stopped process, e.g. "
+            "SIGSTOP, or one "
+            f"stuck holding Python's lock, whose last heartbeat file said {at}, phase "
+            f"{rep['phase']}) and stands at "
             f"{place}"
         )
     return (

@@ -34,7 +34,8 @@ _KEEP_STEP_TIMES = 11  # the first step (warm-up) and 9 more: enough for a media
 
 
 def mark(phase: str) -> None:
-    """Record that this rank is alive and in `phase` now (the DataLoader, Checkpointer and trainer call it)."""
+    """Record that this rank is alive and in `phase` now (the DataLoader, Checkpointer and trainer call
+    it)."""
     p = PROGRESS
     p.phase, p.since = phase, time.monotonic()
     p.marks += 1
@@ -66,8 +67,8 @@ def _time_step(p: Progress) -> None:
         p.step_times.append(p.since)
 
 
-#: the floor of the derived ("auto") hang timeout: shorter stalls (a slow checkpoint, a file system hiccup) are
-#: too common at scale to stop a job for (issue 25: max(10 x the median step, 5 min))
+#: the floor of the derived ("auto") hang timeout: shorter stalls (a slow checkpoint, a file system hiccup)
+#: are too common at scale to stop a job for (issue 25: max(10 x the median step, 5 min))
 AUTO_FLOOR_S = 300.0
 AUTO_STEPS = 10  # the derived timeout is that many median steps
 
@@ -112,7 +113,8 @@ def _run_hooks() -> None:
 
 
 def _arm_when_asked() -> None:
-    """Under `exatrain run --hang-timeout` (its variables, read in env/), start the watcher at the first mark."""
+    """Under `exatrain run --hang-timeout` (its variables, read in env/), start the watcher at the first
+    mark."""
     from exatrain.env.watch import hang_request
 
     if hang_request() is not None:

@@ -1,4 +1,5 @@
-"""What a run leaves in its directory: metrics (JSONL) and JSON reports, written atomically where it matters."""
+"""What a run leaves in its directory: metrics (JSONL) and JSON reports, written atomically where it
+matters."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from exatrain.errors import ConfigError
 
 
 def parse_ranks(spec: str, world_size: int) -> frozenset[int]:
-    """The ranks a `profiler.ranks` value chooses: "" (none), "all", "every:K", or a list of ranks and "last"."""
+    """The ranks a `profiler.ranks` value chooses: "" (none), "all", "every:K", or a list of ranks and
+    "last"."""
     spec = spec.strip()
     if not spec:
         return frozenset()

@@ -88,12 +88,14 @@ class ProgressReporter(Progress):
 
 
 def breakdown(r: dict, straggler_ratio: float | None = None) -> str:
-    """' | MFU 41.0% | step 0.48 s = data 0.00 + fwd/bwd 0.42 + opt 0.01 + ckpt 0.00 | skew 0.005 s (rank 1)'."""
+    """' | MFU 41.0% | step 0.48 s = data 0.00 + fwd/bwd 0.42 + opt 0.01 + ckpt 0.00 | skew 0.005 s (rank
+    1)'."""
     mfu = f" | MFU {r['mfu']:.1%}" if r.get("mfu") is not None else ""
     mem = f" | peak {r['peak_mem_gib']:.1f} GiB" if r.get("peak_mem_gib") is not None else ""
     return (
         f"{mfu}{mem} | step {r['step_s']:.2f} s = data {r['time_data_s']:.2f} + fwd/bwd "
-        f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt {r['time_checkpoint_s']:.2f}"
+        f"{r['time_forward_backward_s']:.2f} + opt {r['time_optimizer_s']:.2f} + ckpt "
+        f"{r['time_checkpoint_s']:.2f}"
         f" | skew {r['rank_skew_s']:.3f} s (rank {r['slowest_rank']})"
         + _straggler(r, straggler_ratio or STRAGGLER_RATIO)
         + flagged(r)
@@ -114,7 +116,10 @@ def _straggler(r: dict, ratio: float) -> str:
 
 def flagged_text(f: dict) -> str:
     """'rank 1 on nid005012 (GPU 3), data x1.52 for 3 intervals': one flagged straggler (StepMetrics)."""
-    return f"rank {f['rank']} on {f['host']} ({f['device']}), {f['phase']} x{f['ratio']:.2f} for {f['intervals']} intervals"
+    return (
+        f"rank {f['rank']} on {f['host']} ({f['device']}), {f['phase']} x{f['ratio']:.2f} for "
+        f"{f['intervals']} intervals"
+    )
 
 
 def flagged(r: dict) -> str:

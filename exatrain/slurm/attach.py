@@ -53,7 +53,8 @@ def job_run_dir(runner: Runner, job_id: str) -> str:
     found = [line.split("=", 1)[1] for line in lines if line.startswith("RUN_DIR=")]
     if not found:
         raise ExatrainError(
-            f"job {job_id}: no run directory in its batch script ({(r.stderr.strip() or 'no RUN_DIR= line')})",
+            f"job {job_id}: no run directory in its batch script "
+            f"({(r.stderr.strip() or 'no RUN_DIR= line')})",
             "for a job `exatrain submit` did not write, run `exatrain dump RUN_DIR` on a node of the job "
             "(RUN_DIR: the --run-dir of its `exatrain run --hang-timeout`)",
         )

@@ -79,8 +79,10 @@ def _charge(spec: JobSpec, profile: SiteProfile, rule: BillingRule) -> tuple[flo
         )
         return (
             charged * hours * rule.units_per_gpu_hour,
-            f"{hours:g} h x max({all_gpus} GPUs, ceil({cores} cores / {rule.cores_per_gpu}), ceil({memory} GB / "
-            f"{rule.mem_gb_per_gpu:g})) = {charged} charged GPUs x {rule.units_per_gpu_hour:g} {rule.unit} per GPU-hour",
+            f"{hours:g} h x max({all_gpus} GPUs, ceil({cores} cores / {rule.cores_per_gpu}), "
+            f"ceil({memory} GB / "
+            f"{rule.mem_gb_per_gpu:g})) = {charged} charged GPUs x {rule.units_per_gpu_hour:g} "
+            f"{rule.unit} per GPU-hour",
         )
     if rule.rule == "gpu-hours":
         return (
@@ -99,12 +101,14 @@ def _advice(spec: JobSpec, profile: SiteProfile, rule: BillingRule, units: float
     if rule.rule == "whole-node" and profile.gpus_per_node and gpus < profile.gpus_per_node:
         cheaper = _cheaper_partition(spec, profile, units)
         where = (
-            f"or partition {cheaper[0]!r}, which bills only what the job asks for ({cheaper[1]:g} {rule.unit})"
+            f"or partition {cheaper[0]!r}, which bills only what the job asks for ({cheaper[1]:g} "
+            f"{rule.unit})"
             if cheaper
             else "no partition of this profile bills less than whole nodes"
         )
         advice.append(
-            f"{partition} charges whole nodes but the job uses {gpus} of {profile.gpus_per_node} GPUs per node: "
+            f"{partition} charges whole nodes but the job uses {gpus} of {profile.gpus_per_node} "
+            "GPUs per node: "
             f"use all {profile.gpus_per_node}, {where}"
         )
     if rule.rule == "gpu-slot":

@@ -71,6 +71,7 @@ def entry_words(runtime: str, image: str, venv: str, binds: tuple[str, ...]) -> 
     """``bash -c SCRIPT exatrain-env`` before the rank command: activate, check exatrain imports (a rank
     that cannot fails within seconds; rank 0 alone prints the error and HINT), then exec the command."""
     hint = fix_command(runtime, image, venv, binds)
+    hint_line = f"HINT: create the venv once on a login node: {hint}, then set job.container_venv"
     script = "; ".join(
         [
             activation(venv),
@@ -78,7 +79,7 @@ def entry_words(runtime: str, image: str, venv: str, binds: tuple[str, ...]) -> 
             'if [ "${SLURM_PROCID:-0}" = 0 ]; then '
             f"echo {shlex.quote(f'exatrain: error: exatrain does not import inside the image {image}')}"
             ' "on $(hostname) (python3: $(command -v python3))" >&2; '
-            f"echo {shlex.quote(f'HINT: create the venv once on a login node: {hint}, then set job.container_venv')}"
+            f"echo {shlex.quote(hint_line)}"
             f" >&2; fi; exit {EXIT_NO_EXATRAIN}; fi",
             'exec "$@"',
         ]

@@ -35,9 +35,9 @@ def rank_paths(cfg: Config, run_dir: Path, cwd: Path) -> tuple[str, ...]:
 
 
 def both_names(path: Path) -> set[Path]:
-    """The path by the name the ranks use and by its resolved name: a symlinked path (LUMI's /scratch/<project>
-    is a link into /pfs/...) is bound by the name given, so that the configured name resolves inside the
-    image, and by its target, for whatever refers to the resolved one."""
+    """The path by the name the ranks use and by its resolved name: a symlinked path (LUMI's
+    /scratch/<project> is a link into /pfs/...) is bound by the name given, so that the configured name
+    resolves inside the image, and by its target, for whatever refers to the resolved one."""
     given = existing_ancestor(Path(os.path.abspath(path)), resolve=False)
     return {given, existing_ancestor(path)}
 

@@ -181,7 +181,8 @@ def load_profile(name_or_path: str) -> SiteProfile:
 
 
 def profile_from_dict(data: dict[str, Any], source: str = "profile") -> SiteProfile:
-    """Check a parsed profile table and build the SiteProfile; unknown keys and wrong types raise ConfigError."""
+    """Check a parsed profile table and build the SiteProfile; unknown keys and wrong types raise
+    ConfigError."""
     _check_keys(data, SiteProfile, source, "the profile")
     values = {}
     for key in (
@@ -403,7 +404,8 @@ def _check_values(p: SiteProfile, source: str) -> None:
         and p.gpus_per_node
     ):
         bad(
-            f"default_cpus_per_gpu = {p.default_cpus_per_gpu} x {p.gpus_per_node} GPUs exceeds {p.usable_cores} usable cores",
+            f"default_cpus_per_gpu = {p.default_cpus_per_gpu} x {p.gpus_per_node} GPUs exceeds "
+            f"{p.usable_cores} usable cores",
             "use usable_cores // gpus_per_node or less",
         )
     if p.cpu_masks and p.gpus_per_node and len(p.cpu_masks) != p.gpus_per_node:

@@ -32,8 +32,9 @@ def mask_options(masks: tuple[str, ...], per_gpu: bool) -> list[str]:
 
 def command_kind(cmd: list[str]) -> str:
     """What a ``[job] command`` runs: ``trainer`` (exatrain's own, however spelled: ``exatrain train``,
-    ``.venv/bin/exatrain train``, ``python -m exatrain.cli.main train``, ``python -m exatrain train``), ``wrapped`` (already ``exatrain
-    run``), ``python`` (``[python[3]] [-u] SCRIPT.py|-m MODULE ...``) or ``other``."""
+    ``.venv/bin/exatrain train``, ``python -m exatrain.cli.main train``, ``python -m exatrain train``),
+    ``wrapped`` (already ``exatrain run``), ``python`` (``[python[3]] [-u] SCRIPT.py|-m MODULE ...``) or
+    ``other``."""
     sub = _exatrain_subcommand(cmd)
     if sub in ("train", "run"):
         return "trainer" if sub == "train" else "wrapped"
@@ -49,7 +50,8 @@ def _exatrain_subcommand(cmd: list[str]) -> str | None:
 
 
 def _python_target(cmd: list[str]) -> list[str] | None:
-    """``SCRIPT.py ARGS`` or ``-m MODULE ARGS`` of a Python command (interpreter and ``-u`` dropped), else None."""
+    """``SCRIPT.py ARGS`` or ``-m MODULE ARGS`` of a Python command (interpreter and ``-u`` dropped), else
+    None."""
     if cmd and cmd[0].endswith(".py"):
         return cmd
     if not cmd or not _PYTHON.fullmatch(PurePosixPath(cmd[0]).name):
@@ -75,8 +77,8 @@ def check_interpreter_options(cmd: list[str]) -> None:
 
 def wrap_in_exatrain_run(cmd: list[str], profile: str, label: bool = False) -> list[str]:
     """``python train.py ARGS`` -> ``python -m exatrain.cli.main run --profile=P -- train.py ARGS`` (the same
-    interpreter: the one the user named, with exatrain installed); a bare ``train.py`` runs under ``exatrain``.
-    ``label`` adds `exatrain run`'s ``--label`` (job.label)."""
+    interpreter: the one the user named, with exatrain installed); a bare ``train.py`` runs under
+    ``exatrain``. ``label`` adds `exatrain run`'s ``--label`` (job.label)."""
     target = _python_target(cmd)
     head = ["exatrain"] if cmd[0].endswith(".py") else [cmd[0], "-m", "exatrain.cli.main"]
     options = [f"--profile={profile}", *([LABEL_OPTION] if label else [])]

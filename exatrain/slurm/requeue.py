@@ -22,7 +22,8 @@ REQUEUE_MARKER = "requeue-requested"
 #: separated, or an empty line. Its existence says "this launch stopped on a hang" where the exit code (76)
 #: cannot (torchrun's agent); with job.hang_requeues the batch script requeues the job without those nodes.
 HANG_EXCLUDE = "hang/exclude"
-#: File in the run directory with one line per requeue after a hang: the job id (job.hang_requeues caps them per job).
+#: File in the run directory with one line per requeue after
+#: a hang: the job id (job.hang_requeues caps them per job).
 HANG_REQUEUES = "hang/requeues"
 
 #: The signals torchrun's agent handles by default (torch 2.13); others (USR2) kill it.
@@ -38,7 +39,8 @@ def agent_signals(handled: str) -> str:
 
 
 def requeue_job(job_id: str, runner: Runner | None = None) -> tuple[bool, str]:
-    """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done, message)."""
+    """Ask SLURM to requeue `job_id` with `scontrol requeue` (through the one SLURM runner); returns (done,
+    message)."""
     from exatrain.slurm.runner import (  # subprocess only where SLURM is really called
         CommandNotFound,
         SlurmRunner,

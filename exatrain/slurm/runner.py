@@ -31,7 +31,8 @@ class CommandNotFound(ExatrainError):
 
 
 class Runner(Protocol):
-    """Runs one SLURM command (``args[0]`` is its name) and returns its result; never raises on a non-zero exit."""
+    """Runs one SLURM command (``args[0]`` is its name) and returns its result; never raises on a non-zero
+    exit."""
 
     def __call__(self, args: Sequence[str], *, input: str | None = None) -> CommandResult: ...
 

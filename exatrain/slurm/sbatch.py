@@ -47,7 +47,8 @@ SMOKE_TOOLS = {"nvidia": ("nvidia-smi -L",), "amd": ("amd-smi list", "rocm-smi -
 # Python one-liner run on the batch node: first host of the node list (exatrain's own expansion, no
 # scontrol needed, works in containers) and the rendezvous port derived from the job id.
 RDZV_PY = (
-    "import sys; from exatrain.env.hostlist import expand_nodelist; from exatrain.env.ports import derive_port; "
+    "import sys; from exatrain.env.hostlist import expand_nodelist; from exatrain.env.ports "
+    "import derive_port; "
     'print(expand_nodelist(sys.argv[1], "SLURM_JOB_NODELIST")[0], derive_port(sys.argv[2]))'
 )
 
@@ -94,7 +95,8 @@ def sbatch_flags(spec: JobSpec, profile: SiteProfile, sweep: Sweep | None = None
     values["--ntasks-per-node"] = "1" if torchrun else str(ranks)
     values["--cpus-per-task"] = str(cpus * ranks if torchrun else cpus)
     if profile.gpus_per_node:
-        # A script wrapped in `exatrain run` picks cuda:LOCAL_RANK, as under torchrun: it must see the node's GPUs.
+        # A script wrapped in `exatrain run` picks cuda:LOCAL_RANK,
+        # as under torchrun: it must see the node's GPUs.
         per_task = profile.visibility == "gpus-per-task" and command_kind(list(spec.command)) not in (
             "python",
             "wrapped",
@@ -161,7 +163,8 @@ def _signal_note(spec: JobSpec) -> list[str]:
             f"# --signal={spec.signal}: B: sends it to this batch shell only (trap it here to forward it)."
         ]
     return [
-        f"# --signal={spec.signal}: sent to every rank (not the batch shell) before the time limit, to checkpoint."
+        f"# --signal={spec.signal}: sent to every rank (not the batch shell) before the time "
+        "limit, to checkpoint."
     ]
 
 
@@ -197,7 +200,8 @@ def _config_file(config: tuple[str, str] | None) -> str:
     path, text = config
     return "\n".join(
         [
-            "# The configuration the ranks train with (--config below), written by this script so that the script",
+            "# The configuration the ranks train with (--config below), written by this script "
+            "so that the script",
             "# is all the job needs. A quoted here-document: nothing in it is expanded by the shell.",
             f"cat > {shlex.quote(path)} <<'{_CONFIG_END}'",
             text.rstrip("\n"),
@@ -226,7 +230,8 @@ def _environment(spec: JobSpec, profile: SiteProfile) -> str:
     if spec.launch == "torchrun":
         ranks = spec.ranks_per_node(profile)
         lines.append(
-            f"export OMP_NUM_THREADS=$(( ${{SLURM_CPUS_PER_TASK:-{ranks}}} / {ranks} ))  # one task holds all ranks' cores"
+            f"export OMP_NUM_THREADS=$(( ${{SLURM_CPUS_PER_TASK:-{ranks}}} / {ranks} ))  # one "
+            "task holds all ranks' cores"
         )
     else:
         lines.append('export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"')
@@ -320,7 +325,8 @@ def _prepare_nodes(spec: JobSpec, profile: SiteProfile) -> str:
         return ""
     return "\n".join(
         [
-            "# Per-node preparation, one task per node before the ranks start (race-free: one mkdir per node).",
+            "# Per-node preparation, one task per node before the ranks start (race-free: one "
+            "mkdir per node).",
             "# A failing GPU tool fails the job here, before an expensive launch.",
             'srun --nodes="$SLURM_NNODES" --ntasks="$SLURM_NNODES" --ntasks-per-node=1 \\',
             f"    bash -c {shlex.quote('; '.join(['set -euo pipefail'] + body))}",
@@ -341,7 +347,8 @@ class _Trainer:
 def _command(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     """The rank command as shell text; exatrain's own trainer also learns its config, run directory and
     the master suffix (array tasks: their run directory and swept values, expanded by the batch shell).
-    In srun mode a Python script or module is wrapped in `exatrain run`, which gives it torchrun's variables."""
+    In srun mode a Python script or module is wrapped in `exatrain run`, which gives it torchrun's
+    variables."""
     cmd = list(spec.command)
     kind = command_kind(cmd)
     if kind == "python":
@@ -377,7 +384,8 @@ def _launch(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str:
     return stale + "\nrc=0\n" + body + " || rc=$?\n\n" + hang + _REQUEUE_TAIL.rstrip("\n")
 
 
-_HANG_TAIL = f"""# Exit code {EXIT_HANG} (or, under torchrun, the file RUN_DIR/{HANG_EXCLUDE} the diagnosis writes): a rank hung
+_HANG_TAIL = f"""# Exit code {EXIT_HANG} (or, under torchrun, the file RUN_DIR/{HANG_EXCLUDE} the diagnosis \
+writes): a rank hung
 # and every rank stopped (RUN_DIR/hang/diagnosis.txt). job.hang_requeues = @N@: requeue the job, at most @N@
 # time(s) for hangs, without the node(s) the diagnosis names in that file. SLURM changes a job's excluded
 # nodes only while it is pending: requeue it held, update it, release it; TERM is ignored meanwhile (the
@@ -401,7 +409,8 @@ if [ "$rc" -eq {EXIT_HANG} ] || [ -e "$RUN_DIR"/{HANG_EXCLUDE} ]; then
             scontrol release "$SLURM_JOB_ID"
             echo "exatrain: job $SLURM_JOB_ID requeued after a hang (${{bad:-no node}} excluded)" >&2
         else
-            echo "exatrain: SLURM refused to requeue job $SLURM_JOB_ID after the hang; its checkpoints are kept." >&2
+            echo "exatrain: SLURM refused to requeue job $SLURM_JOB_ID after the hang; its checkpoints are \
+kept." >&2
         fi
     fi
 fi
@@ -409,7 +418,8 @@ fi
 """
 
 
-_REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE} (or, under torchrun, whose agent exits 1 after forwarding a signal, the file
+_REQUEUE_TAIL = f"""# Exit code {EXIT_REQUEUE} (or, under torchrun, whose agent exits 1 after forwarding a \
+signal, the file
 # RUN_DIR/{REQUEUE_MARKER}): exatrain checkpointed on a pre-timeout signal but could not requeue the job
 # itself (no scontrol where the ranks run, e.g. in a container): the batch shell has the SLURM tools.
 # SLURM refuses the requeue of a job submitted with --no-requeue (or SBATCH_NO_REQUEUE set, which wins
@@ -468,12 +478,15 @@ def _torchrun_binding_note(spec: JobSpec, profile: SiteProfile) -> list[str]:
     if command_kind(cmd) == "trainer":
         return [
             head + "exatrain's trainer binds each",
-            f"# worker to the profile's mask of {whose} before it allocates, where the task holds those cores.",
+            f"# worker to the profile's mask of {whose} before it allocates, where the task holds "
+            "those cores.",
         ]
     if starts_script_runner(cmd):
         return [
             head + "the script runner binds each",
-            f"# worker to the profile's mask of {whose} ({mask_option(bool(profile.gpus_per_node))}) before the script starts, where the task",
+            f"# worker to the profile's mask of {whose} "
+            f"({mask_option(bool(profile.gpus_per_node))}) before the script starts, where the "
+            "task",
             "# holds those cores (a worker it cannot bind says why).",
         ]
     return [
@@ -532,14 +545,17 @@ def _launch_torchrun(spec: JobSpec, profile: SiteProfile, rank: _Trainer) -> str
     torchrun = [shared[0], f"--nproc-per-node={ranks}", *shared[1:], "--no-python"]
     lines = (
         [
-            "# Rendezvous: the first host of the node list, expanded by exatrain (no scontrol: works in containers),",
+            "# Rendezvous: the first host of the node list, expanded by exatrain (no scontrol: "
+            "works in containers),",
             "# and a port derived from the job id so that jobs sharing a node do not collide.",
             f'RDZV=$({py} "$SLURM_JOB_NODELIST" "$SLURM_JOB_ID")',
             "RDZV_HEAD=${RDZV% *}",
             "RDZV_PORT=${RDZV#* }",
             'echo "rendezvous at $RDZV_HEAD:$RDZV_PORT"',
-            "# Launch: one task per node runs torchrun, which starts one worker per GPU. The first node hosts the",
-            "# c10d store (is_host), which matters where the endpoint name differs from the host name (suffix).",
+            "# Launch: one task per node runs torchrun, which starts one worker per GPU. The "
+            "first node hosts the",
+            "# c10d store (is_host), which matters where the endpoint name differs from the host "
+            "name (suffix).",
         ]
         + agent_start_note(spec.signal)
         + _torchrun_binding_note(spec, profile)

@@ -20,7 +20,8 @@ _SIGNAL = re.compile(r"(?:B:)?[A-Z][A-Z0-9]*@\d+")
 # Beyond these a value is a typo, not a job (the largest GPU systems have some 10 000 nodes).
 _ABSURD = {"nodes": 100_000, "gpus_per_node": 64, "cpus_per_task": 1024, "mem_per_gpu_gb": 8192}
 _MAX_DAYS = 365
-# Flags exatrain writes itself, with their aliases; an extra_sbatch entry naming one duplicates or contradicts it.
+# Flags exatrain writes itself, with their aliases; an
+# extra_sbatch entry naming one duplicates or contradicts it.
 _GENERATED = {
     "--partition": "job.partition",
     "--time": "job.time",
@@ -67,12 +68,13 @@ class JobSpec(JobConfig):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "[job]") -> JobSpec:
-        """Build a spec from a parsed ``[job]`` table, through the one config loader (same types and errors)."""
+        """Build a spec from a parsed ``[job]`` table, through the one config loader (same types and
+        errors)."""
         return cls.from_config(config_from_dict({"job": dict(data)}, source).job)
 
     def seconds(self) -> int:
-        """The time limit in seconds, from any of sbatch's forms (minutes, minutes:seconds, hours:minutes:seconds,
-        days-hours, days-hours:minutes, days-hours:minutes:seconds)."""
+        """The time limit in seconds, from any of sbatch's forms (minutes, minutes:seconds,
+        hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds)."""
         seconds = parse_slurm_time(str(self.time))
         assert seconds is not None, "checked in _check"
         return seconds
@@ -108,7 +110,8 @@ class JobSpec(JobConfig):
         if ranks > limit:
             what = "GPUs" if profile.gpus_per_node else "usable cores"
             raise ConfigError(
-                f"job.gpus_per_node = {ranks} exceeds the {limit} {what} per node of profile {profile.name!r}",
+                f"job.gpus_per_node = {ranks} exceeds the {limit} {what} per node of profile "
+                f"{profile.name!r}",
                 f"ask for at most {limit} per node and more nodes (job.nodes) instead",
             )
         if ranks * cpus > profile.usable_cores:

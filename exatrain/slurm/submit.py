@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # the runner module (subprocess) is loaded only where SLURM i
 
 # sbatch's rejection reasons (Slurm 22.05+) -> what to change
 _REJECTIONS = {
-    "Requested node configuration is not available": "ask for at most as many nodes, GPUs, cores and memory per "
+    "Requested node configuration is not available": "ask for at most as many nodes, GPUs, cores and "
+    "memory per "
     "node as the partition has (see `sinfo -p PARTITION -o '%D %c %m %G'`); job.nodes, job.gpus_per_node, "
     "job.cpus_per_task and job.mem_per_gpu_gb set them",
     "Node count specification invalid": "job.nodes exceeds the nodes of the partition (sinfo -p PARTITION)",
@@ -61,7 +62,8 @@ class Prepared:
         return _beside_run_dir(self.run_dir, ".toml")
 
     def output_paths(self, job_id: str) -> tuple[str, str]:
-        """stdout and stderr files of the job with %x/%j/%A filled in (arrays keep %a and %j: one per task)."""
+        """stdout and stderr files of the job with %x/%j/%A filled in (arrays keep %a and %j: one per
+        task)."""
         out = _fill(self.spec.output, self.spec.name, job_id, bool(self.sweep))
         err = _fill(self.spec.error, self.spec.name, job_id, bool(self.sweep)) if self.spec.error else out
         return out, err

@@ -16,7 +16,8 @@ AGENT_MODULE = "exatrain.launch.agent"  # torchrun's agent run in-process by exa
 
 #: torchrun options newer than the floor, with the first release whose torch/distributed/run.py has them
 #: (read in the released wheels on PyPI: 2.9.1 has neither, 2.10.0 the first, 2.12.0 both):
-#: --signals-to-handle: pytorch/pytorch#160690 (for issue #154849, "Torchrun should handle SIGUSR1 and SIGUSR2");
+#: --signals-to-handle: pytorch/pytorch#160690 (for issue
+#: #154849, "Torchrun should handle SIGUSR1 and SIGUSR2");
 #: --shutdown-timeout: pytorch/pytorch#172596 (for issue #119856: the agent's 30 s before SIGKILL was fixed).
 OPTION_SINCE = {"--signals-to-handle": (2, 10), "--shutdown-timeout": (2, 12)}
 
@@ -29,7 +30,8 @@ DEFAULT_GRACE = (
 
 
 def accepts(option: str, version: tuple[int, ...]) -> bool:
-    """Whether the torchrun of torch ``version`` has ``option`` (options not in OPTION_SINCE: the floor has them)."""
+    """Whether the torchrun of torch ``version`` has ``option`` (options not in OPTION_SINCE: the floor has
+    them)."""
     return torch_at_least(version, OPTION_SINCE.get(option, (0,)))
 
 

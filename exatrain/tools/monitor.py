@@ -22,7 +22,8 @@ from exatrain.slurm.runner import Runner
 # what each node runs: its name, then which tool answered and the tool's output
 NODE_SCRIPT = (
     'echo "host $(hostname)"; '
-    f"if command -v nvidia-smi >/dev/null; then echo tool nvidia-smi; nvidia-smi {shlex.join(NVIDIA_SMI_ARGS)}; "
+    "if command -v nvidia-smi >/dev/null; then echo tool nvidia-smi; nvidia-smi "
+    f"{shlex.join(NVIDIA_SMI_ARGS)}; "
     f"elif command -v rocm-smi >/dev/null; then echo tool rocm-smi; rocm-smi {shlex.join(ROCM_SMI_ARGS)}; "
     "else echo tool none; fi"
 )

@@ -1,4 +1,5 @@
-"""`exatrain report RUN_DIR...`: a scaling study as one self-contained HTML file and the same tables in Markdown.
+"""`exatrain report RUN_DIR...`: a scaling study as one self-contained HTML file and the same tables in
+Markdown.
 
 Reads each run's summary.json (ranks, tokens/s), metrics.jsonl (loss curve, step-time breakdown) and
 monitor/*.jsonl (GPU utilisation, when monitored). Plots are drawn with matplotlib and embedded as PNG
@@ -32,7 +33,8 @@ def expand_run_dirs(paths: list[str]) -> list[Path]:
             if not found:
                 raise ExatrainError(
                     f"{p}: no summary.json in it or in its sub-folders (not a finished run)",
-                    "pass run directories of finished `exatrain train` runs, or the folder of `exatrain scale`",
+                    "pass run directories of finished `exatrain train` runs, or the folder of "
+                    "`exatrain scale`",
                 )
             runs += found
     return runs

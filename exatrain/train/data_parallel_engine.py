@@ -22,7 +22,8 @@ from exatrain.engines.protocol import Engine
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """This rank's part of a DTensor (under loss parallel: the whole, replicated value); a plain tensor as is."""
+    """This rank's part of a DTensor (under loss parallel: the whole, replicated value); a plain tensor as
+    is."""
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -53,7 +54,8 @@ class DataParallelEngine(Engine):
         return contextlib.nullcontext()
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """Forward and backward over this rank's micro-batches (gradient accumulation); returns their mean loss."""
+        """Forward and backward over this rank's micro-batches (gradient accumulation); returns their mean
+        loss."""
         forward = self.ddp or self.model
         total = torch.zeros((), device=micro_batches[0][0].device)
         for i, (x, y) in enumerate(micro_batches):

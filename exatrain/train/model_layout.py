@@ -17,7 +17,8 @@ PARAM_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # parallel.param_dtype ->
 
 
 def lm_from_config(cfg: Config, vocab_size: int) -> TransformerLM:
-    """The language model the config describes (on the current default device: meta when building a layout)."""
+    """The language model the config describes (on the current default device: meta when building a
+    layout)."""
     return TransformerLM(configured_shape(cfg.model), vocab_size, cfg.data.seq_len, cfg.model.dropout)
 
 
@@ -26,7 +27,8 @@ def apply_layout(model: torch.nn.Module, ctx, p: ParallelConfig, layout: str = "
     `ctx` (exatrain.init's Context: its dims, mesh and device) with exatrain.parallelize and the model's own
     tensor-parallel plan: TP -> AC -> compile -> FSDP, or replication (DDP; TP replicas' gradient sync;
     FSDP2's replicate for pipeline stages). Returns what parallelize returns (the DDP wrapper for DDP).
-    A chunk on the meta device stays there (exatrain.load_full_state_dict fills it). `layout`: parallelize's."""
+    A chunk on the meta device stays there (exatrain.load_full_state_dict fills it). `layout`:
+    parallelize's."""
     plan = tp_plan(model.layers.keys(), p.sequence_parallel, p.loss_parallel) if ctx.dims.tp_enabled else None
     ac = {"none": False, "full": "full", "every": p.activation_checkpoint_every}[p.activation_checkpoint]
     return exatrain.parallelize(

@@ -1,4 +1,5 @@
-"""PipelineEngine: the engine (see train/data_parallel_engine.py) for layouts with pipeline parallelism (parallel.pp > 1).
+"""PipelineEngine: the engine (see train/data_parallel_engine.py) for layouts with pipeline parallelism
+(parallel.pp > 1).
 
 Each rank builds the model on the meta device, keeps only its pipeline stages (models.pipeline_split;
 looped assignment, several stages per rank for interleaved 1F1B), applies the layout's other dimensions
@@ -61,7 +62,8 @@ class PipelineEngine(Engine):
 def build_pipeline_engine(
     cfg: Config, ctx, vocab_size: int, full_state: dict, num_params: int, autocast
 ) -> PipelineEngine:
-    """Build this rank's stages for the layout of `ctx` (exatrain.init's Context), loaded with `full_state`."""
+    """Build this rank's stages for the layout of `ctx` (exatrain.init's Context), loaded with
+    `full_state`."""
     p, dims, device = cfg.parallel, ctx.dims, ctx.device
     with torch.device("meta"):
         model = lm_from_config(cfg, vocab_size)

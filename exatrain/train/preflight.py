@@ -31,8 +31,10 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     if t.global_batch_size % per_step:
         raise ConfigError(
             f"batch size not divisible as configured: train.global_batch_size={t.global_batch_size} is not a "
-            f"multiple of train.micro_batch_size={t.micro_batch_size} x {dims.dp} data-parallel rank(s) = {per_step}",
-            f"pick a global batch that is a multiple of {per_step} (e.g. --train.global_batch_size={per_step * max(1, t.global_batch_size // per_step)}) "
+            f"multiple of train.micro_batch_size={t.micro_batch_size} x {dims.dp} data-parallel "
+            f"rank(s) = {per_step}",
+            f"pick a global batch that is a multiple of {per_step} (e.g. "
+            f"--train.global_batch_size={per_step * max(1, t.global_batch_size // per_step)}) "
             "or change the micro batch",
         )
     check_choice("train.precision", t.precision, ("auto", "bf16", "fp32"))
@@ -44,7 +46,8 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
     _positive("observe.straggler_intervals", cfg.observe.straggler_intervals)
     if not cfg.observe.straggler_ratio > 1.0:
         raise ConfigError(
-            f"observe.straggler_ratio must be above 1 (a step time ratio), got {cfg.observe.straggler_ratio:g}",
+            "observe.straggler_ratio must be above 1 (a step time ratio), got "
+            f"{cfg.observe.straggler_ratio:g}",
             "use e.g. --observe.straggler_ratio=1.2 (a rank that makes every step 20 % longer)",
         )
     check_choice("data.train_split", d.train_split, _SPLITS)
@@ -59,7 +62,8 @@ def preflight(cfg: Config, world_size: int) -> exatrain.ParallelDims:
         raise ConfigError(
             f"parallel.sequence_parallel splits each window along the sequence, but data.seq_len="
             f"{d.seq_len} is not divisible by parallel.tp={dims.tp}",
-            f"use a data.seq_len that is a multiple of {dims.tp}, e.g. --data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}",
+            f"use a data.seq_len that is a multiple of {dims.tp}, e.g. "
+            f"--data.seq_len={dims.tp * max(1, d.seq_len // dims.tp)}",
         )
     return dims
 
@@ -68,7 +72,8 @@ ENGINES = ("torch", "deepspeed", "horovod")
 
 
 def _check_engine(cfg: Config, dims: exatrain.ParallelDims) -> None:
-    """engine.name, and for DeepSpeed its layout and DeepSpeed JSON (a user's file is read and checked now)."""
+    """engine.name, and for DeepSpeed its layout and DeepSpeed JSON (a user's file is read and checked
+    now)."""
     check_choice("engine.name", cfg.engine.name, ENGINES)
     if cfg.engine.name == "torch":
         return

@@ -30,8 +30,9 @@ from exatrain.train.build import build_engine
 class Trainer:
     """Training of the reference LM on one rank of a job (or alone), in any parallel layout.
 
-    The layout (ParallelDims) decides the engine that runs forward/backward (see train/data_parallel_engine.py); data
-    is split over the data-parallel ranks only (tensor-parallel ranks of one group see the same batch).
+    The layout (ParallelDims) decides the engine that runs forward/backward (see
+    train/data_parallel_engine.py); data is split over the data-parallel ranks only (tensor-parallel ranks of
+    one group see the same batch).
     """
 
     def __init__(self, cfg: Config, ctx, corpus: Corpus, dims: exatrain.ParallelDims | None = None):
@@ -356,7 +357,8 @@ class Trainer:
                 **env.to_dict(),
                 "device": str(self.ctx.device),
                 "backend": self.ctx.backend,
-                # the GPU this rank's visibility variables select (what SLURM bound), also on CPU-only torch builds
+                # the GPU this rank's visibility variables select
+                # (what SLURM bound), also on CPU-only torch builds
                 "gpu": describe_devices(env.local_rank, env.local_world_size),
                 "weights_sha256": digest,
             },
@@ -384,7 +386,10 @@ class Trainer:
     def _layout_name(self) -> str:
         e = self.cfg.engine
         if e.name == "deepspeed":
-            return f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s) (DeepSpeed accelerator {self.engine.accelerator})"
+            return (
+                f"DeepSpeed ZeRO-{e.zero_stage} over {self.dp_size} rank(s) (DeepSpeed accelerator "
+                f"{self.engine.accelerator})"
+            )
         if e.name == "horovod":
             return f"Horovod over {self.dp_size} rank(s)"
         return self.dims.describe()
@@ -392,9 +397,11 @@ class Trainer:
     def _banner(self) -> str:
         c, t = self.cfg, self.cfg.train
         return (
-            f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data {c.data.kind} "
+            f"exatrain: model {c.model.size} ({self.engine.num_params / 1e6:.2f}M params), data "
+            f"{c.data.kind} "
             f"(vocab {len(self.corpus.vocab)}, {len(self.train_tokens):,} train tokens), "
-            f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} ({self.ctx.backend or 'no process group'}), "
+            f"{self.ctx.world_size} rank(s) on {self.ctx.device.type} "
+            f"({self.ctx.backend or 'no process group'}), "
             f"layout {self._layout_name()}, global batch {t.global_batch_size} = {t.micro_batch_size} x "
             f"{self.accum} accum x {self.dp_size} data-parallel ranks, {t.steps} steps -> {self.run_dir}"
         )

@@ -28,7 +28,8 @@ RUNSCRIPT = (
     "#!/bin/bash\n# AI Factory-like runscript: run the arguments (a shell without any).\n"
     '[ $# -gt 0 ] || exec /bin/bash\nexec "$@"\n'
 )
-ACTIVATE_CONDA = """# conda's activate, as far as the twin needs it: the environment NAME under /opt/miniconda3/envs.
+ACTIVATE_CONDA = """# conda's activate, as far as the twin needs it: the environment NAME under \
+/opt/miniconda3/envs.
 export CONDA_PREFIX=/opt/miniconda3/envs/${1:-base}
 export CONDA_DEFAULT_ENV=${1:-base}
 export PATH=$CONDA_PREFIX/bin:$PATH

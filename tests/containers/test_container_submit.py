@@ -94,8 +94,8 @@ def test_missing_bind_and_missing_venv_are_refused(tmp_path):
     r = _submit(tmp_path, f'container_image = "{image}"\ncontainer_venv = "{venv}"')
     assert r.returncode == 2 and f"job.container_venv {venv} does not exist" in r.stderr
     assert (
-        f"HINT: create it once through the image: exatrain container venv --runtime=singularity {image} {venv}"
-        in r.stderr
+        "HINT: create it once through the image: exatrain container venv --runtime=singularity "
+        f"{image} {venv}" in r.stderr
     )
 
 

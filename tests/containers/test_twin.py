@@ -34,7 +34,10 @@ def _sh(image, script, *binds, env=None, mode="exec", runtime="singularity"):
 def test_only_default_and_bound_paths_are_visible(tmp_path):
     image, ws = session_images()["aif"], session_workspace()
     (tmp_path / "in-tmp").write_text("x")
-    probe = f"test -e {tmp_path}/in-tmp && echo tmp; test -e {ws['pfs_root']} && echo pfs; test -e /work && echo work"
+    probe = (
+        f"test -e {tmp_path}/in-tmp && echo tmp; test -e {ws['pfs_root']} && echo pfs; test -e /work "
+        "&& echo work"
+    )
     assert _sh(image, probe).stdout.split() == [
         "tmp"
     ]  # /tmp is a default bind; the workspace and /work are not

@@ -87,7 +87,8 @@ def max_diff(a: list[float], b: list[float]) -> float:
 
 
 def describe_diffs(run: dict, reference: dict) -> str:
-    """The measured differences of a run from the reference, for the test output (printed before asserting)."""
+    """The measured differences of a run from the reference, for the test output (printed before
+    asserting)."""
     norms = (
         max_diff(run["grad_norms"], reference["grad_norms"])
         if None not in run["grad_norms"]

@@ -1,8 +1,9 @@
 """A user's own loop with checkpoints for tests/distributed/test_hangs.py's restart test: every step adds
 the all_reduce of the step number to a running total kept in the checkpoint (every 5 steps); rank 1 sleeps
 at step 7 of the first attempt only. argv: RUN_DIR STEPS [HANG_TIMEOUT_S] (with a timeout the script starts
-its own watcher, exatrain.watch_hangs: how a SLURM job's script does it without `exatrain run`). The last line says which steps this attempt ran
-and the total, which equals WORLD x (1 + ... + STEPS) only when a resumed run lost no checkpointed state."""
+its own watcher, exatrain.watch_hangs: how a SLURM job's script does it without `exatrain run`). The last line
+says which steps this attempt ran and the total, which equals WORLD x (1 + ... + STEPS) only when a resumed
+run lost no checkpointed state."""
 
 import sys
 import time

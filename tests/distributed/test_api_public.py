@@ -1,5 +1,6 @@
-"""docs/api.md's two-rank example of `exatrain.Pipeline` (with `exatrain.clip_grad_norm_` across the stages and
-`pipe.full_state_dict`), run as written on 2 real gloo ranks, against the same model trained in this process.
+"""docs/api.md's two-rank example of `exatrain.Pipeline` (with `exatrain.clip_grad_norm_` across the stages
+and `pipe.full_state_dict`), run as written on 2 real gloo ranks, against the same model trained in this
+process.
 
 Two stages, one per rank, 4 pipeline microbatches of one batch of 16: the mean of the microbatch losses and
 the gradients summed with the pipeline's 1/4 scale are those of the whole batch, so every step's loss and

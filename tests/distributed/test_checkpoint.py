@@ -218,8 +218,8 @@ def test_failed_background_save_is_reported(exatrain_cli, tmp_path):
 
 
 def test_dropout_run_resumed_at_the_same_world_size_repeats_exactly(exatrain_cli, tmp_path):
-    """Every rank's generators (torch, NumPy, Python) are in the checkpoint: dropout masks after the resume are
-    the ones the uninterrupted run drew, so the losses are identical, not just close."""
+    """Every rank's generators (torch, NumPy, Python) are in the checkpoint: dropout masks after the resume
+    are the ones the uninterrupted run drew, so the losses are identical, not just close."""
     dropout = [*COMMON, "--model.dropout=0.2"]
     r = exatrain_cli("train", "--nproc=2", f"--run.dir={tmp_path / 'full'}", *dropout)
     assert r.returncode == 0, r.stdout + r.stderr

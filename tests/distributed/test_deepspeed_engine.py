@@ -1,5 +1,6 @@
-"""[engine] name = "deepspeed" on real gloo groups (2 workers under `exatrain train --nproc=2`, DeepSpeed's CPU
-accelerator): ZeRO stages 1, 2 and 3 against torch DDP at 2 ranks, and resume from DeepSpeed's own checkpoints.
+"""[engine] name = "deepspeed" on real gloo groups (2 workers under `exatrain train --nproc=2`, DeepSpeed's
+CPU accelerator): ZeRO stages 1, 2 and 3 against torch DDP at 2 ranks, and resume from DeepSpeed's own
+checkpoints.
 
 Same model seed, same global batch per step, fp32, dropout 0, gradient accumulation 2 and clipping active (the
 [train] keys DeepSpeed's generated config takes over). Only float summation order differs (ZeRO reduces

@@ -69,7 +69,8 @@ def reference(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def signalled(tmp_path_factory):
-    """A 2-rank run sent SIGUSR2 after step 3: (run dir, step it checkpointed at, exit code, stdout, stderr)."""
+    """A 2-rank run sent SIGUSR2 after step 3: (run dir, step it checkpointed at, exit code, stdout,
+    stderr)."""
     tmp = tmp_path_factory.mktemp("ds-signal")
     run = tmp / "run"
     with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *ARGS], cwd=tmp) as proc:
@@ -142,8 +143,8 @@ def test_resume_at_another_world_size_through_the_universal_checkpoint(signalled
 
 
 def test_zero1_resumes_at_another_world_size(tmp_path):
-    """ZeRO-1 (optimizer state sharded, the other stage the universal checkpoint serves): a 2-rank run's step-3
-    checkpoint continues on 1 rank; steps 4-6 within 1e-5 of the 2-rank run's."""
+    """ZeRO-1 (optimizer state sharded, the other stage the universal checkpoint serves): a 2-rank run's
+    step-3 checkpoint continues on 1 rank; steps 4-6 within 1e-5 of the 2-rank run's."""
     args = ["--train.steps=6", "--engine.zero_stage=1", "--checkpoint.interval=3"]
     _train(tmp_path, tmp_path / "full", 2, *args)
     step3 = tmp_path / "one" / "checkpoints" / "step-3"

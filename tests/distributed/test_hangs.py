@@ -1,10 +1,11 @@
 """Hang detection with real processes (docs/hangs.md): 4 gloo ranks of a user's own loop (hang_loop.py) under
-`exatrain run --nproc 4 --hang-timeout 20`; rank 2 stops making progress at step 7 in three ways. Each time the
-job ends with exit code 76, the diagnosis names rank 2 and the line where it stalled and says that the other
-ranks wait in the all_reduce rank 2 never entered, and every rank's stacks are on disk.
+`exatrain run --nproc 4 --hang-timeout 20`; rank 2 stops making progress at step 7 in three ways. Each time
+the job ends with exit code 76, the diagnosis names rank 2 and the line where it stalled and says that the
+other ranks wait in the all_reduce rank 2 never entered, and every rank's stacks are on disk.
 
 The three runs (and a fourth, the slow-step warning) start together in one fixture so that their 20 s waits
-overlap; each test then checks its own run. With --max-restarts the job restarts from its last checkpoint instead.
+overlap; each test then checks its own run. With --max-restarts the job restarts from its last checkpoint
+instead.
 """
 
 import json

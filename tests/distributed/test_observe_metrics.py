@@ -152,9 +152,9 @@ TRAIN = [
 
 
 def test_trainer_logs_window_means_and_the_breakdown(exatrain_cli, tmp_path):
-    """The reference trainer on 2 ranks logging every 2nd step (profiling rank 1, sampling "GPUs"): the loss of step 2 is the mean of steps 1
-    and 2 of a run logging every step (1 process: the same losses within 1e-5), each record carries the
-    global throughput (tokens per step = 8 samples x 16) and the breakdown."""
+    """The reference trainer on 2 ranks logging every 2nd step (profiling rank 1, sampling "GPUs"): the loss
+    of step 2 is the mean of steps 1 and 2 of a run logging every step (1 process: the same losses within
+    1e-5), each record carries the global throughput (tokens per step = 8 samples x 16) and the breakdown."""
     from exatrain.observe import read_metrics
 
     every = tmp_path / "every"

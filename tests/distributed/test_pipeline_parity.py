@@ -123,7 +123,8 @@ def test_pipeline_schedules_match_single_process(pp, tmp_path):
         with torch.no_grad():
             plain_eval = plain(*_batch(99, MICRO)).item()
         print(
-            f"{schedule} pp={pp}: plain model from the gathered state, eval diff {abs(plain_eval - got['eval']):.1e}"
+            f"{schedule} pp={pp}: plain model from the gathered state, eval diff "
+            f"{abs(plain_eval - got['eval']):.1e}"
         )
         assert abs(plain_eval - got["eval"]) <= LOSS_TOL
 

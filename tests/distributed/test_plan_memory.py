@@ -158,7 +158,8 @@ def test_plan_matches_real_ranks(real_ranks, world):
 @pytest.mark.parametrize("layout", ACTIVATIONS_AT_2)
 def test_tp_activation_estimate_matches_saved_tensors(real_ranks, layout):
     """The plan's activations per microbatch (formula in tools/plan/memory.py) against the bytes each real
-    rank's autograd keeps for one forward under TP (2 ranks), alone and with sequence parallel: within 10 %."""
+    rank's autograd keeps for one forward under TP (2 ranks), alone and with sequence parallel: within
+    10 %."""
     tmp_path, real = real_ranks(2)
     estimate = make_plan(_config(layout, tmp_path), 2).ranks[0].activation_per_microbatch
     for rank, measured in enumerate(real):

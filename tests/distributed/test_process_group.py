@@ -68,7 +68,8 @@ def test_join_timeout_names_master_and_port():
 
 
 def _agent_env(rank: int, world: int, port: int):
-    """A torchrun worker whose agent shares its store (TORCHELASTIC_USE_AGENT_STORE=True): every rank is a client."""
+    """A torchrun worker whose agent shares its store (TORCHELASTIC_USE_AGENT_STORE=True): every rank is a
+    client."""
     return detect_environment(
         {
             "TORCHELASTIC_RUN_ID": "t",
@@ -125,7 +126,8 @@ def test_unreachable_master_is_named():
 
 
 class _FakeCuda:
-    """Stands in for torch.cuda: this machine has no GPU (mocked, as the test cannot run on real GPUs here)."""
+    """Stands in for torch.cuda: this machine has no GPU (mocked, as the test cannot run on real GPUs
+    here)."""
 
     def __init__(self, count):
         self.count, self.selected = count, None

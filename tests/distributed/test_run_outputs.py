@@ -39,7 +39,8 @@ def fp32(tmp_path_factory):
     return train_run(tmp_path_factory.mktemp("outputs"), "fp32", 1, COMMON)
 
 
-# lr 3e-2 overshoots after the warmup: the evaluations after steps 1, 2, 3 fall, then rise (about 6.31, 6.14, 7.09)
+# lr 3e-2 overshoots after the warmup: the evaluations after
+# steps 1, 2, 3 fall, then rise (about 6.31, 6.14, 7.09)
 BEST = [
     "--train.steps=3",
     "--train.log_every=1",

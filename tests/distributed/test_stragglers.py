@@ -46,7 +46,10 @@ def test_a_rank_slow_in_every_step_is_flagged_once_in_metrics_progress_and_repor
         "ratio": records[2]["straggler_ratio"],
         "intervals": 3,
     }
-    line = f"STRAGGLER flagged: rank 1 on {host} (CPU), data x{records[2]['straggler_ratio']:.2f} for 3 intervals"
+    line = (
+        f"STRAGGLER flagged: rank 1 on {host} (CPU), data x{records[2]['straggler_ratio']:.2f} for 3 "
+        "intervals"
+    )
     assert (r.stdout + r.stderr).count(line) == 1, r.stdout[-3000:]
     out = tmp_path / "report.html"
     r = exatrain_cli("report", str(run), f"--out={out}")

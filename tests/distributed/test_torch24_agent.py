@@ -1,7 +1,7 @@
-"""exatrain's agent on the oldest torch pyproject.toml allows (2.4: tests/torch24, a stand-in for its torchrun,
-with torch 2.4.0 in the package metadata the agent reads): the pre-timeout signal still reaches the workers
-and the agent waits for their checkpoint, where 2.4's own torchrun dies of SIGUSR2 and forwards nothing; a
-torch older than the floor stops the agent at once with a HINT.
+"""exatrain's agent on the oldest torch pyproject.toml allows (2.4: tests/torch24, a stand-in for its
+torchrun, with torch 2.4.0 in the package metadata the agent reads): the pre-timeout signal still reaches the
+workers and the agent waits for their checkpoint, where 2.4's own torchrun dies of SIGUSR2 and forwards
+nothing; a torch older than the floor stops the agent at once with a HINT.
 
 The stand-in runs torch 2.13's launcher behind 2.4's parser and signal settings (tests/torch24/run24.py says
 what it does not reproduce). The signal is sent to the agent alone, as SLURM's process-group tracking of the
@@ -124,7 +124,8 @@ def test_a_signal_before_the_workers_exist_ends_the_agent(children):
 
 
 def test_torch_24s_own_torchrun_dies_of_usr2_and_forwards_nothing(tmp_path):
-    """What the stand-in reproduces (and what exatrain's agent replaces): 2.4's agent has no handler for USR2."""
+    """What the stand-in reproduces (and what exatrain's agent replaces): 2.4's agent has no handler for
+    USR2."""
     env = make_overlay(tmp_path / "torch24", "2.4.0")
     out = tmp_path / "out"
     out.mkdir()
@@ -212,7 +213,8 @@ def test_exatrain_train_checkpoints_on_usr2_on_torch_29(tmp_path):
     """`exatrain train --nproc 2` (real gloo workers under the agent) on torch 2.9, the oldest the reference
     trainer imports (TRAINER_FLOOR) and LUMI's current containers' torch, whose torchrun has no
     --signals-to-handle either: USR2 -> every rank finishes its step, the checkpoint is committed, the run
-    exits 75 ("checkpointed, continue"). The torchrun is the 2.4 stand-in (2.9's parser accepts all it does)."""
+    exits 75 ("checkpointed, continue"). The torchrun is the 2.4 stand-in (2.9's parser accepts all it
+    does)."""
     env = make_overlay(tmp_path / "torch29", "2.9.1")
     run = tmp_path / "run"
     with started_exatrain(["train", "--nproc=2", f"--run.dir={run}", *ARGS], cwd=tmp_path, env=env) as proc:

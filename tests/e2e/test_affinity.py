@@ -1,6 +1,6 @@
 """The affinity check on real processes: `exatrain train` started under `taskset` with a CPU mask other than
-the one the site profile expects is reported in the rank-0 table (warn) and fails the run (strict); in torchrun
-mode exatrain's trainer and the script runner (users' scripts) bind each worker to its mask.
+the one the site profile expects is reported in the rank-0 table (warn) and fails the run (strict); in
+torchrun mode exatrain's trainer and the script runner (users' scripts) bind each worker to its mask.
 
 The profile is a user file (the bundled `cpu` profile plus one mask per local rank: rank 0 -> core 0,
 rank 1 -> core 1); the wrong mask is real: taskset pins the whole process tree to core 1."""

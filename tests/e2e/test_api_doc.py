@@ -1,6 +1,6 @@
-"""docs/api.md's examples (its ```python blocks) run as written: the main loop as one process (twice: the second run resumes and
-finds it complete), then every smaller example after it in the same script; and every public name of `import exatrain`
-is documented there with an example that runs."""
+"""docs/api.md's examples (its ```python blocks) run as written: the main loop as one process (twice: the
+second run resumes and finds it complete), then every smaller example after it in the same script; and every
+public name of `import exatrain` is documented there with an example that runs."""
 
 import json
 import re
@@ -73,8 +73,8 @@ def test_every_other_example_runs(tmp_path):
 
 
 def test_every_public_name_is_documented_with_an_example():
-    """docs/api.md names each of `exatrain.__all__` as `exatrain.NAME`, and uses it in a ```python block that the
-    tests above run (except the few in NOT_RUN_HERE, each in a ```py example)."""
+    """docs/api.md names each of `exatrain.__all__` as `exatrain.NAME`, and uses it in a ```python block that
+    the tests above run (except the few in NOT_RUN_HERE, each in a ```py example)."""
     text = DOC.read_text()
     run = "\n".join(_blocks())
     not_run = "\n".join(re.findall(r"```py\n(.*?)```", text, flags=re.S))

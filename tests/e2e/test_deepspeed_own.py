@@ -20,7 +20,8 @@ STEPS = 8
 
 
 def _example():
-    """The example's own model and batches (imported from its file, so the reference trains the same thing)."""
+    """The example's own model and batches (imported from its file, so the reference trains the same
+    thing)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("deepspeed_own_train", EXAMPLE / "train.py")

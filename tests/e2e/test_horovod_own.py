@@ -24,7 +24,8 @@ from tests.conftest import ROOT, clean_environment, run_exatrain
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = ROOT / "examples" / "horovod_own"
-COMMAND = ".venv/bin/exatrain run --nproc 2 examples/horovod_own/train.py"  # as docs/own-code.md and the example's README say
+# as docs/own-code.md and the example's README say
+COMMAND = ".venv/bin/exatrain run --nproc 2 examples/horovod_own/train.py"
 
 
 def _example():

@@ -1,10 +1,11 @@
-"""The commands of README.md and of every page of the documentation site (docs/**/*.md) as a new user runs them.
+"""The commands of README.md and of every page of the documentation site (docs/**/*.md) as a new user runs
+them.
 
 - The main command (install, then `exatrain train` with no arguments) runs in full from the repository root.
-- EVERY other fenced ```bash block of README.md and docs/ runs too, block by block (each in a fresh folder with
-  `.venv` and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; the ```toml
-  blocks of the same page whose first line is `# NAME.toml` written there as NAME.toml), so no documented
-  command can rot. To keep CI short,
+- EVERY other fenced ```bash block of README.md and docs/ runs too, block by block (each in a fresh folder
+  with `.venv` and `examples` linked in and `.venv/bin` on PATH, as after `source .venv/bin/activate`; the
+  ```toml blocks of the same page whose first line is `# NAME.toml` written there as NAME.toml), so no
+  documented command can rot. To keep CI short,
   each `exatrain train` command gets FAST_TRAIN appended for every key it does not set itself (smaller
   windows and evaluations, and 6 steps unless the block names a checkpoint `step-N` of the documented
   step count); everything the command says itself stays as written. (Measured on a loaded 2-core machine:

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.e2e
 EXAMPLE = ROOT / "examples" / "torchrun_ddp" / "train.py"
 SHOW = (
     "import json, os, sys\n"
-    "names = 'RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID'\n"
-    "sys.stdout.write(json.dumps({'pid': os.getpid(), 'argv': sys.argv[1:], "  # one write: ranks share the pipe
+    "names = 'RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT "
+    "TORCHELASTIC_RUN_ID'\n"
+    # one write: ranks share the pipe
+    "sys.stdout.write(json.dumps({'pid': os.getpid(), 'argv': sys.argv[1:], "
     "**{n: os.environ.get(n) for n in names.split()}}) + '\\n')\n"
     "sys.exit(int(os.environ.get('EXIT_ON_RANK_1', '0')) if os.environ.get('RANK') == '1' else 0)\n"
 )
@@ -88,9 +90,11 @@ def test_failing_rank_is_named_and_its_exit_code_passed_through(tmp_path):
 
 
 def test_error_reported_through_torchruns_error_file_is_quoted(tmp_path):
-    """A script whose main has torch's @record writes its exception to torchrun's error file: exatrain quotes it."""
+    """A script whose main has torch's @record writes its exception to torchrun's error file: exatrain quotes
+    it."""
     (tmp_path / "boom.py").write_text(
-        "import os\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n@record\ndef main():\n"
+        "import os\nfrom torch.distributed.elastic.multiprocessing.errors import "
+        "record\n\n@record\ndef main():\n"
         "    if os.environ['RANK'] == '1':\n        raise ValueError('bad batch in shard 7')\n\nmain()\n"
     )
     r = run_exatrain(["run", "--nproc", "2", "boom.py"], cwd=tmp_path)
@@ -105,10 +109,13 @@ def test_max_restarts_restarts_the_workers(tmp_path):
     """Rank 1 fails in the first attempt only: with --max-restarts 1 the agent starts the group again and
     the run succeeds (the agent gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as `exatrain train` does)."""
     (tmp_path / "flaky.py").write_text(
-        # one write per line: the two workers share the pipe, and print() under `python -u` writes word by word
-        "import os, sys\nos.write(1, ('attempt %s rank %s %s\\n' % (os.environ['TORCHELASTIC_RESTART_COUNT'], "
+        # one write per line: the two workers share the pipe,
+        # and print() under `python -u` writes word by word
+        "import os, sys\nos.write(1, ('attempt %s rank %s %s\\n' % "
+        "(os.environ['TORCHELASTIC_RESTART_COUNT'], "
         "os.environ['RANK'], os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'))).encode())\n"
-        "sys.exit(4 if os.environ['RANK'] == '1' and os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n"
+        "sys.exit(4 if os.environ['RANK'] == '1' and os.environ['TORCHELASTIC_RESTART_COUNT'] == "
+        "'0' else 0)\n"
     )
     r = run_exatrain(["run", "--nproc", "2", "--max-restarts", "1", "flaky.py"], cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -74,10 +74,12 @@ def test_four_ranks_lines_stay_whole_without_label(tmp_path):
 
 def test_the_rank_that_failed_first_is_named_with_its_last_lines(tmp_path):
     """Rank 1 fails while rank 0 waits (then ended by the agent): rank 1 is named as the first failure, with
-    the last lines it wrote (its own and its traceback) recorded by the script runner in torchrun's error file."""
+    the last lines it wrote (its own and its traceback) recorded by the script runner in torchrun's error
+    file."""
     (tmp_path / "fails.py").write_text(
         "import os, time\nrank = int(os.environ['RANK'])\nif rank == 1:\n    for i in range(30):\n"
-        "        print('step', i, 'of rank', rank)\n    raise ValueError('bad batch in shard 7')\ntime.sleep(60)\n"
+        "        print('step', i, 'of rank', rank)\n    raise ValueError('bad batch in shard "
+        "7')\ntime.sleep(60)\n"
     )
     r = run_exatrain(["run", "--nproc", "2", "fails.py"], cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -97,8 +97,8 @@ def test_page_loads_and_draws_in_headless_chromium(study, tmp_path):
 
 
 def test_weak_mode_keeps_the_batch_per_rank(tmp_path):
-    """--mode weak: every size trains the same batch per rank (the configured global batch at the smallest size),
-    also when the global batch is given on the command line, as STUDY does."""
+    """--mode weak: every size trains the same batch per rank (the configured global batch at the smallest
+    size), also when the global batch is given on the command line, as STUDY does."""
     import tomllib
 
     from tests.conftest import run_exatrain

@@ -21,10 +21,10 @@ def _ranks(out_dir, world: int) -> list[dict]:
 
 def test_two_ranks_match_one_process_with_the_same_global_batch(tmp_path):
     """2 ranks x batch 8 vs 1 process x batch 16 (the same global batch, 2 epochs of 256 samples: 32 steps).
-    DistributedSampler gives rank r the entries r, r+2, ... of the epoch's seeded permutation, so the two ranks'
-    batches of a step together are the one process's batch, and DDP averages the gradients: every step's loss
-    (the mean of the two ranks' losses on their equal halves), each epoch's mean loss and the final weights (sum
-    of all parameters) within 1e-5 relative of the one process's."""
+    DistributedSampler gives rank r the entries r, r+2, ... of the epoch's seeded permutation, so the two
+    ranks' batches of a step together are the one process's batch, and DDP averages the gradients: every
+    step's loss (the mean of the two ranks' losses on their equal halves), each epoch's mean loss and the
+    final weights (sum of all parameters) within 1e-5 relative of the one process's."""
     args = ["--epochs", "2"]
     run_example("torchrun_ddp/train.py", [*args, "--batch-size", "8", "--out", tmp_path / "two"], 2, tmp_path)
     run_example(

@@ -116,7 +116,8 @@ def test_train_cli_runs_on_the_gpu(exatrain_cli, tmp_path):
 
 
 def test_bf16_autocast_step_and_fused_adamw(tmp_path):
-    """precision=auto on a GPU: bf16 matmuls under autocast, fp32 parameters, gradients and loss; fused AdamW."""
+    """precision=auto on a GPU: bf16 matmuls under autocast, fp32 parameters, gradients and loss; fused
+    AdamW."""
     trainer = _trainer(_config(tmp_path))
     seen = {}
     trainer.model.layers["0"].attention.wq.register_forward_hook(
@@ -135,8 +136,9 @@ def test_bf16_autocast_step_and_fused_adamw(tmp_path):
 
 
 def test_fsdp2_bf16_params_fp32_reduce(nccl_group_of_one):
-    """FSDP2 with param_dtype=bf16 on a 1-GPU mesh: blocks compute with bf16 weights, the sharded parameters and
-    their gradients stay fp32 (reduced in fp32), and the loss matches the fp32 model's within bf16 error."""
+    """FSDP2 with param_dtype=bf16 on a 1-GPU mesh: blocks compute with bf16 weights, the sharded parameters
+    and their gradients stay fp32 (reduced in fp32), and the loss matches the fp32 model's within bf16
+    error."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -269,8 +271,8 @@ def test_peak_memory_within_plan(tmp_path, compiled):
 
 
 def test_doctor_reports_nccl_network_from_its_own_log(exatrain_cli, tmp_path):
-    """`exatrain doctor` on one CUDA rank sets up NCCL itself (a one-rank communicator) with NCCL_DEBUG=INFO into
-    a file of its own, and reports the network that log names, without `--nccl-log`."""
+    """`exatrain doctor` on one CUDA rank sets up NCCL itself (a one-rank communicator) with NCCL_DEBUG=INFO
+    into a file of its own, and reports the network that log names, without `--nccl-log`."""
     logs = tmp_path / "nccl"
     one_gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[
         0

@@ -10,12 +10,12 @@ set (CI=true): there they fail, because CI must really run them.
 
 Besides node1..nodeN (default partition ``debug``) the testbed has site-shaped nodes and partitions
 (testbed/sites.conf: LUMI-G, JUWELS Booster, JURECA-DC, generic) for ``sbatch --test-only``; the LUMI-G,
-JUWELS Booster, JURECA-DC and generic ones are site twins, each in a network namespace of its own with the site's
-interfaces and host names (docs/sites/twins.md), where jobs run.
+JUWELS Booster, JURECA-DC and generic ones are site twins, each in a network namespace of its own with the
+site's interfaces and host names (docs/sites/twins.md), where jobs run.
 
 Environment knobs: STB_NODES / STB_CPUS / STB_GPUS / STB_MEM_MB / STB_CTLD_PORT /
-STB_NODE_PORT0 / STB_SITES (default 1 here; passed on to up.sh), EXATRAIN_SLURM_TMP (parent of the state dir, default
-/tmp), EXATRAIN_SLURM_KEEP=1 (keep the state dir and its logs even when all tests passed),
+STB_NODE_PORT0 / STB_SITES (default 1 here; passed on to up.sh), EXATRAIN_SLURM_TMP (parent of the state dir,
+default /tmp), EXATRAIN_SLURM_KEEP=1 (keep the state dir and its logs even when all tests passed),
 EXATRAIN_SLURM_LOCK_TIMEOUT (seconds to wait for another session's testbed, default 900).
 """
 
@@ -91,7 +91,8 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def _job_pids(job_id: str) -> list[int]:
-    """The Python processes on this machine that run in SLURM job ``job_id`` (SLURM_JOB_ID in their environment)."""
+    """The Python processes on this machine that run in SLURM job ``job_id`` (SLURM_JOB_ID in their
+    environment)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -189,8 +190,8 @@ class SlurmCluster:
         return proc.stdout.strip().split(";")[0]
 
     def job_info(self, job_id: str | int | None = None) -> list[dict[str, str]]:
-        """``scontrol show job -o`` parsed into one dict per record (array tasks: several; no job id: every job
-        SLURM knows)."""
+        """``scontrol show job -o`` parsed into one dict per record (array tasks: several; no job id: every
+        job SLURM knows)."""
         proc = self.run(
             ["scontrol", "show", "job", "-o", *([] if job_id is None else [str(job_id)])], timeout=30
         )

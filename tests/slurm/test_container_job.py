@@ -59,7 +59,8 @@ def _job_dir(image, venv=""):
     (job / "gloo_script.py").write_text(SCRIPT)
     venv_line = f'container_venv = "{venv}"\n' if venv else ""
     (job / "job.toml").write_text(
-        f'[run]\ndir = "runs/exp"\n[job]\nnodes = 2\ngpus_per_node = 2\ntime = 5\nprofile = "{job}/twin.toml"\n'
+        '[run]\ndir = "runs/exp"\n[job]\nnodes = 2\ngpus_per_node = 2\ntime = 5\nprofile = '
+        f'"{job}/twin.toml"\n'
         f'container_image = "{image}"\n{venv_line}command = ["python", "gloo_script.py"]\n'
     )
     return job

@@ -1,7 +1,7 @@
-"""A DeepSpeed ZeRO-2 job from `exatrain submit` (the generated script, unedited) on 2 nodes x 1 task of the real
-SLURM testbed, in srun and torchrun launch mode: no pdsh/ssh, exatrain's process group handed to DeepSpeed,
-DeepSpeed's CPU accelerator (the testbed's GPUs are gres entries without devices, so each rank picks
-DS_ACCELERATOR=cpu itself, as on any CPU node).
+"""A DeepSpeed ZeRO-2 job from `exatrain submit` (the generated script, unedited) on 2 nodes x 1 task of the
+real SLURM testbed, in srun and torchrun launch mode: no pdsh/ssh, exatrain's process group handed to
+DeepSpeed, DeepSpeed's CPU accelerator (the testbed's GPUs are gres entries without devices, so each rank
+picks DS_ACCELERATOR=cpu itself, as on any CPU node).
 
 Reference: the same config trained by `exatrain train --nproc 2` on this machine. Same world size, so the same
 shards and sums: every step's loss within 1e-5 (the engines' tolerance; in practice equal).

@@ -1,5 +1,5 @@
-"""`exatrain dump JOBID` on the real SLURM test cluster (docs/hangs.md): a 2-node job `exatrain submit` started,
-an unmodified script (tests/distributed/plain_hang.py, none of exatrain's API) under `exatrain run
+"""`exatrain dump JOBID` on the real SLURM test cluster (docs/hangs.md): a 2-node job `exatrain submit`
+started, an unmodified script (tests/distributed/plain_hang.py, none of exatrain's API) under `exatrain run
 --hang-timeout` in srun mode, rank 1 (on node2) sleeping at step 3 while rank 0 (node1) waits in all_reduce.
 From the login side, `exatrain dump JOBID` finds the run directory in the job's batch script, asks every node
 with `srun --overlap` to make its ranks dump their stacks, and prints one diagnosis naming rank 1, its node

@@ -6,9 +6,9 @@ The job is `exatrain submit` of a user's own script (tests/distributed/hang_rest
 `exatrain.watch_hangs` and a 20 s timeout) on the generic site twin (gen1-3, each node in a network namespace
 of its own, docs/sites/twins.md), 2 nodes, one rank per node, in srun and torchrun mode. Rank 1 (on the second
 node) sleeps at step 7 of the first attempt; every step all-reduces its step number into a total kept in the
-checkpoint (every 5 steps), so the last line's total equals 2 x (1 + ... + 12) only when the resumed run lost no
-checkpointed state and repeated no step it had checkpointed. SLURM holds a requeued job a while before it may
-start again; the test releases it at once (`StartTime=now`), as test_twin_training.py does.
+checkpoint (every 5 steps), so the last line's total equals 2 x (1 + ... + 12) only when the resumed run lost
+no checkpointed state and repeated no step it had checkpointed. SLURM holds a requeued job a while before it
+may start again; the test releases it at once (`StartTime=now`), as test_twin_training.py does.
 
 Not reproduced: a really broken node (the stall is a sleep; the excluded node is healthy), GPUs and NCCL's
 flight recorder (gloo's is used).

@@ -34,8 +34,8 @@ ARGS = [
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The metrics of the same training uninterrupted, `exatrain train --nproc=4` here (the two jobs below both
-    train ARGS' run: one reference serves them)."""
+    """The metrics of the same training uninterrupted, `exatrain train --nproc=4` here (the two jobs below
+    both train ARGS' run: one reference serves them)."""
     ref = tmp_path_factory.mktemp("preemption") / "reference"
     r = run_exatrain(["train", "--nproc=4", f"--run.dir={ref}", *ARGS], cwd=ref.parent)
     assert r.returncode == 0, r.stderr

@@ -1,7 +1,7 @@
 """`exatrain run` in a real SLURM job, as docs/own-code.md describes it: in the batch shell (no job step) and
-in an salloc shell it refuses with a HINT instead of running a world of one; as a task of a real `srun` step it
-becomes the script (the same PID: the script's parent is SLURM's slurmstepd), so a signal sent with `scancel`
-reaches the script's own handler, and the script's exit code is the task's (srun reports it).
+in an salloc shell it refuses with a HINT instead of running a world of one; as a task of a real `srun` step
+it becomes the script (the same PID: the script's parent is SLURM's slurmstepd), so a signal sent with
+`scancel` reaches the script's own handler, and the script's exit code is the task's (srun reports it).
 tests/e2e/test_run.py checks the same with srun's variables written by hand; here slurmctld, slurmd, srun,
 salloc and scancel are the real ones."""
 
@@ -63,13 +63,15 @@ WAITER = """import json, os, pathlib, signal, sys, time
 out, rank = pathlib.Path(sys.argv[1]), os.environ["RANK"]
 
 def handler(signum, frame):
-    (out / f"signal-{rank}").write_text(json.dumps({"signal": signal.Signals(signum).name, "pid": os.getpid()}))
+    (out / f"signal-{rank}").write_text(json.dumps({"signal": signal.Signals(signum).name, \
+"pid": os.getpid()}))
     sys.exit(7 if rank == "1" else 0)
 
 signal.signal(signal.SIGUSR2, handler)
 with open(f"/proc/{os.getppid()}/comm") as f:
     parent = f.read().strip()
-info = {"pid": os.getpid(), "parent": parent, "procid": os.environ["SLURM_PROCID"], "world": os.environ["WORLD_SIZE"]}
+info = {"pid": os.getpid(), "parent": parent, "procid": os.environ["SLURM_PROCID"], \
+"world": os.environ["WORLD_SIZE"]}
 (out / f"ready-{rank}").write_text(json.dumps(info))
 time.sleep(100)
 sys.exit(3)
@@ -85,7 +87,8 @@ def _poll(what, predicate, timeout):
 
 def test_scancel_signal_reaches_the_script_through_exatrain_run(slurm_cluster, tmp_path):
     """`srun exatrain run waiter.py` over 2 nodes; `scancel --signal=USR2` (what `--signal=USR2@N` sends
-    before the time limit) reaches each rank's handler; rank 1's exit code 7 is its task's, as srun reports."""
+    before the time limit) reaches each rank's handler; rank 1's exit code 7 is its task's, as srun
+    reports."""
     (tmp_path / "waiter.py").write_text(WAITER)
     (tmp_path / "job.sh").write_text(
         "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=3\n"

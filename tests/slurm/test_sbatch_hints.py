@@ -1,14 +1,14 @@
-"""sbatch's refusals, as the real slurmctld words them, turned into exatrain's HINTs: `exatrain submit` (sbatch
-with the script file) and `exatrain submit --test-only` (the script on stdin) with a request the test cluster
-refuses. Each time the same script is also given to sbatch directly, and exatrain's error must quote the
-reason sbatch printed, and its HINT must name the job key to change.
+"""sbatch's refusals, as the real slurmctld words them, turned into exatrain's HINTs: `exatrain submit`
+(sbatch with the script file) and `exatrain submit --test-only` (the script on stdin) with a request the test
+cluster refuses. Each time the same script is also given to sbatch directly, and exatrain's error must quote
+the reason sbatch printed, and its HINT must name the job key to change.
 
 "Invalid account": the testbed has no slurmdbd, so slurmctld checks accounts only against a partition's
-AllowAccounts; the test creates such a partition (`acct`, project_465000123 only) and asks for another account,
-which slurmctld refuses with the same words as a site with accounting ("Invalid account or account/partition
-combination specified"). Not reproduced: "Invalid qos" (without accounting slurmctld checks no QOS, not even
-against AllowQos: `--qos=nosuch` is accepted); tests/unit/test_launch_submit.py covers it with SLURM's
-documented wording."""
+AllowAccounts; the test creates such a partition (`acct`, project_465000123 only) and asks for another
+account, which slurmctld refuses with the same words as a site with accounting ("Invalid account or
+account/partition combination specified"). Not reproduced: "Invalid qos" (without accounting slurmctld checks
+no QOS, not even against AllowQos: `--qos=nosuch` is accepted); tests/unit/test_launch_submit.py covers it
+with SLURM's documented wording."""
 
 import re
 

@@ -29,10 +29,10 @@ Substituted, and nothing else (SUBSTITUTIONS, PRELUDE and FAST below; docs/sites
   `srun --ntasks-per-node=N` becomes one task per node: the twins' GPUs are declared to SLURM, not real
   (blocks whose note says "gpu" are the ones that need a real GPU on the site).
 - `module load cray-python` (LUMI) puts the Python this test venv was made from first on PATH.
-- The login node: every page installs exatrain itself, as written, from a fresh copy of this checkout's tracked
-  files (the session's folder; LUMI's under the twin's /project/<project>): JSC's into a venv over the module's
-  torch, LUMI's into a torch-free venv in ~/exatrain-login (HOME is a fresh folder; python-hostlist, rich and
-  the build's setuptools come from PyPI, which CI reaches). This test venv's exatrain is not on PATH.
+- The login node: every page installs exatrain itself, as written, from a fresh copy of this checkout's
+  tracked files (the session's folder; LUMI's under the twin's /project/<project>): JSC's into a venv over the
+  module's torch, LUMI's into a torch-free venv in ~/exatrain-login (HOME is a fresh folder; python-hostlist,
+  rich and the build's setuptools come from PyPI, which CI reaches). This test venv's exatrain is not on PATH.
 
 Not reproduced: GPUs, RCCL/NCCL and the fabrics (the twins' gloo on CPU; docs/sites/twins.md), SIF images
 (the container twin runs image trees; docs/sites/containers.md), the sites' real module trees and Python.

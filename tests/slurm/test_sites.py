@@ -6,7 +6,8 @@ partitions say the same).
 Faked (testbed/sites.conf): the site nodes' hardware counts (cores, memory, GPUs are declared to slurmd and
 believed through config_overrides on this 2-core machine) and their GPU device files. Real: slurmctld's own
 checks of each request against those counts and the partitions' limits (EnforcePartLimits=ALL). Nothing runs
-on the site nodes: every script goes through ``sbatch --test-only``, as `exatrain submit --test-only` sends it.
+on the site nodes: every script goes through ``sbatch --test-only``, as `exatrain submit --test-only` sends
+it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _site_nodes(slurm_cluster):
         pytest.skip("the testbed was started without its site-shaped nodes (STB_SITES=0)")
 
 
-# Profiles without [[partitions]] name the site's default partition (""): the testbed's generic nodes stand in.
+# Profiles without [[partitions]] name the site's default
+# partition (""): the testbed's generic nodes stand in.
 GENERIC = "generic"
 
 
@@ -100,9 +102,9 @@ LIMITED = [(name, p.name) for name in bundled_profiles() for p in load_profile(n
 
 @pytest.mark.parametrize("name,partition", LIMITED)
 def test_time_beyond_the_partition_limit_is_refused_by_exatrain_and_slurm(slurm_cluster, name, partition):
-    """One minute over the partition's MaxTime: exatrain refuses it with a HINT; rendered without the profile's
-    [[partitions]] table (so exatrain does not check), slurmctld refuses it too, with the reason exatrain
-    translates into a HINT. (The same job at the limit is accepted: the test above.)"""
+    """One minute over the partition's MaxTime: exatrain refuses it with a HINT; rendered without the
+    profile's [[partitions]] table (so exatrain does not check), slurmctld refuses it too, with the reason
+    exatrain translates into a HINT. (The same job at the limit is accepted: the test above.)"""
     profile = load_profile(name)
     limit = profile.partition_named(partition).max_time
     job = {"nodes": 1, "time": _over(limit), "partition": partition, "profile": name}

@@ -59,7 +59,8 @@ seq_len = 16
 
 def _exatrain(cluster, *args, cwd, env=None):
     """The real CLI with the cluster's SLURM_CONF; the venv's bin on PATH, as on a login node after
-    activating it (the job inherits it: `exatrain`, `torchrun` and `python3` are found there); ``env`` on top."""
+    activating it (the job inherits it: `exatrain`, `torchrun` and `python3` are found there); ``env`` on
+    top."""
     env = {
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),

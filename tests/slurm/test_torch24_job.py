@@ -39,8 +39,11 @@ C227AC3_JOB = """#!/bin/bash
 #SBATCH --time=00:05:00
 #SBATCH --output=%x-%j.out
 srun --ntasks-per-node=1 \\
-    bash -c 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"' torchrun \\
-    --nnodes="$SLURM_NNODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$(hostname)":29517 --rdzv-id="$SLURM_JOB_ID" --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 --shutdown-timeout=120 --no-python \\
+    bash -c 'exec torchrun --rdzv-conf=is_host="$([ "$SLURM_NODEID" = 0 ] && echo true || echo false)" "$@"' \
+torchrun \\
+    --nnodes="$SLURM_NNODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$(hostname)":29517 \
+--rdzv-id="$SLURM_JOB_ID" --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2 --shutdown-timeout=120 \
+--no-python \\
     {python} {worker} "$SLURM_SUBMIT_DIR"
 """
 

@@ -1,13 +1,13 @@
-"""The reference trainer on the site twins: every site twin (LUMI-G, JUWELS Booster, generic), both launch modes,
-with and without a container, runs `exatrain submit`'s own script for a 2-node training job, gets the
+"""The reference trainer on the site twins: every site twin (LUMI-G, JUWELS Booster, generic), both launch
+modes, with and without a container, runs `exatrain submit`'s own script for a 2-node training job, gets the
 pre-timeout signal, checkpoints, requeues, resumes, and ends like the same training uninterrupted.
 
 Each job is `exatrain submit` of a job file naming the bundled site profile and one of the twin's partitions
-(docs/sites/twins.md), ranks on CPU (`train.device = "cpu"`, gloo over the twin's interfaces). The signal comes
-from `scancel --signal=USR2` once the run has logged a few steps (what `--signal=USR2@60` does near the time
-limit, but deterministic); SLURM holds a requeued job for a while, so the test releases it as soon as it is
-PENDING. The reference is `exatrain train --nproc=2` of the same training on this machine: every step's loss
-within 1e-5 and every step's global-batch digest equal (no batch skipped or repeated across the requeue),
+(docs/sites/twins.md), ranks on CPU (`train.device = "cpu"`, gloo over the twin's interfaces). The signal
+comes from `scancel --signal=USR2` once the run has logged a few steps (what `--signal=USR2@60` does near the
+time limit, but deterministic); SLURM holds a requeued job for a while, so the test releases it as soon as it
+is PENDING. The reference is `exatrain train --nproc=2` of the same training on this machine: every step's
+loss within 1e-5 and every step's global-batch digest equal (no batch skipped or repeated across the requeue),
 every step logged exactly once, the final evaluation within 1e-5.
 
 Container jobs run their ranks in the bubblewrap twin of Singularity/Apptainer (tests/containers/twin) with an

@@ -1,8 +1,9 @@
-"""Site twins (testbed/up.sh step 4b, docs/sites/twins.md): the LUMI-G, JUWELS Booster and generic nodes of the
-test cluster each run their slurmd, and so every job step, in a network namespace of their own with the site's
-interfaces, addresses and host names. A user's gloo script (twin_probe.py) submitted with `exatrain submit` runs
-on two nodes of each twin in both launch modes; each rank reports the addresses of its own TCP connections, so
-the tests check the network gloo and the store really used. The old renderings fail there as on the sites.
+"""Site twins (testbed/up.sh step 4b, docs/sites/twins.md): the LUMI-G, JUWELS Booster and generic nodes of
+the test cluster each run their slurmd, and so every job step, in a network namespace of their own with the
+site's interfaces, addresses and host names. A user's gloo script (twin_probe.py) submitted with `exatrain
+submit` runs on two nodes of each twin in both launch modes; each rank reports the addresses of its own TCP
+connections, so the tests check the network gloo and the store really used. The old renderings fail there as
+on the sites.
 
 Real: slurmctld/slurmd, network namespaces, veth pairs and bridges, gloo's interface lookup and connections,
 torchrun's rendezvous and the address its agent publishes, /etc/hosts resolution. Not reproduced: the fabrics
@@ -71,7 +72,8 @@ def _twins(slurm_cluster):
 
 @pytest.fixture(scope="module")
 def twin_jobs(slurm_cluster, tmp_path_factory):
-    """Every (site, launch mode) job submitted at once, then waited for: {(site, launch): (state, log, out)}."""
+    """Every (site, launch mode) job submitted at once, then waited for: {(site, launch): (state, log,
+    out)}."""
     base = tmp_path_factory.mktemp("twins")
     submitted = {}
     for site, (profile, partition, _, _, extra) in SITES.items():
@@ -206,9 +208,9 @@ def test_plain_torchrun_on_jsc_twin_gives_workers_the_management_name(slurm_clus
 
 
 def test_torch_2_4_fallback_gives_workers_the_i_name(slurm_cluster, tmp_path, twin_jobs):
-    """The rendezvous words for a job whose torch has no --local-addr (2.4: the static rendezvous), run by this
-    machine's torchrun (2.13; the static rendezvous hands its workers --master-addr in both): the workers get
-    jwb0001i and the group forms over ib0."""
+    """The rendezvous words for a job whose torch has no --local-addr (2.4: the static rendezvous), run by
+    this machine's torchrun (2.13; the static rendezvous hands its workers --master-addr in both): the workers
+    get jwb0001i and the group forms over ib0."""
     shared, per_node = rendezvous_words("i", (2, 4))
     agent = (
         f"RDZV_HEAD=jwb0001 RDZV_PORT=29613; exec torchrun {' '.join(shared)} {' '.join(per_node)} "

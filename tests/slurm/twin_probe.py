@@ -1,7 +1,7 @@
-"""A user's gloo script for the site twins (test_twins.py): joins the group torchrun's variables describe, runs one
-all-reduce, and writes what it saw to OUT/rank-R.json: its host, MASTER_ADDR, GLOO_SOCKET_IFNAME, the sum, and
-the local and remote addresses of its own established TCP connections (from /proc/net/tcp of its node's network
-namespace), so the test can say which network gloo and the store really used.
+"""A user's gloo script for the site twins (test_twins.py): joins the group torchrun's variables describe,
+runs one all-reduce, and writes what it saw to OUT/rank-R.json: its host, MASTER_ADDR, GLOO_SOCKET_IFNAME, the
+sum, and the local and remote addresses of its own established TCP connections (from /proc/net/tcp of its
+node's network namespace), so the test can say which network gloo and the store really used.
 
 usage: python twin_probe.py OUT_DIR [TIMEOUT_S]
 """

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SITECUSTOMIZE = '''"""Test overlay (tests/torch24/overlay.py): torch.distributed.run is torch 2.4's (tests/torch24/run24.py)."""
+SITECUSTOMIZE = '''"""Test overlay (tests/torch24/overlay.py): torch.distributed.run is torch 2.4's \
+(tests/torch24/run24.py)."""
 import importlib.abc
 import importlib.util
 import sys

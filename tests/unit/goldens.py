@@ -1,5 +1,5 @@
-"""One golden-file check for the sbatch rendering tests: compare, or (EXATRAIN_UPDATE_GOLDEN=1) rewrite and fail,
-so a run that regenerated golden files can never pass."""
+"""One golden-file check for the sbatch rendering tests: compare, or (EXATRAIN_UPDATE_GOLDEN=1) rewrite and
+fail, so a run that regenerated golden files can never pass."""
 
 import os
 from pathlib import Path

@@ -73,7 +73,8 @@ def _imports(tree: ast.AST):
 
 
 def _module_level(tree: ast.Module) -> list[ast.stmt]:
-    """The statements that run at import time: the module's body and its if/try blocks, not function bodies."""
+    """The statements that run at import time: the module's body and its if/try blocks, not function
+    bodies."""
     out, todo = [], list(tree.body)
     while todo:
         node = todo.pop()
@@ -112,7 +113,8 @@ def _aliases(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
 
 def _environ_accesses(tree: ast.AST):
     """(kind, key) for every use of the process environment: kind is read, write or whole (the mapping
-    itself used: copied, iterated, passed on); key is the variable name, or None when it cannot be resolved."""
+    itself used: copied, iterated, passed on); key is the variable name, or None when it cannot be
+    resolved."""
     mods, environs, funcs = _aliases(tree)
     consts = _constants(tree)
     parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -250,8 +252,8 @@ def _private_shortcuts(tree: ast.AST) -> list[str]:
 
 
 def _exatrain_bindings(tree: ast.AST) -> dict[str, str]:
-    """Local name -> the dotted exatrain path it is bound to by an import (`import exatrain.observe.metrics as m`:
-    m -> exatrain.observe.metrics; `from exatrain import observe`: observe -> exatrain.observe)."""
+    """Local name -> the dotted exatrain path it is bound to by an import (`import exatrain.observe.metrics as
+    m`: m -> exatrain.observe.metrics; `from exatrain import observe`: observe -> exatrain.observe)."""
     bound = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -302,7 +304,8 @@ _TRAINER = sorted(
 
 @pytest.mark.parametrize("path", _TRAINER, ids=lambda p: str(p.relative_to(PKG)))
 def test_the_reference_trainer_uses_only_the_public_api(path):
-    """docs/api.md: the reference trainer is built on the public API, no private shortcut a user could not take."""
+    """docs/api.md: the reference trainer is built on the public API, no private shortcut a user could not
+    take."""
     shortcuts = _private_shortcuts(ast.parse(path.read_text()))
     assert not shortcuts, (
         f"{path.relative_to(PKG)} imports {', '.join(shortcuts)}: use the public name "
@@ -325,8 +328,9 @@ def test_the_trainer_rule_catches_a_shortcut():
 
 
 def test_the_trainer_rule_catches_a_public_name_from_any_module():
-    """Every layer counts: observe and errors too, by name or as a module's attribute (and exatrain.distributed /
-    exatrain.checkpoint however they are reached); the top-level name and the modules' other names pass."""
+    """Every layer counts: observe and errors too, by name or as a module's attribute (and
+    exatrain.distributed / exatrain.checkpoint however they are reached); the top-level name and the modules'
+    other names pass."""
     bad = ast.parse(
         "import exatrain\nimport exatrain.observe.progress as progress\nfrom exatrain import observe\n"
         "from exatrain.observe.step_metrics import StepMetrics\n"

@@ -1,4 +1,5 @@
-"""The tuned checkpoint writer: files stay in DCP's format, early write-back keeps every byte, CRC restored."""
+"""The tuned checkpoint writer: files stay in DCP's format, early write-back keeps every byte, CRC
+restored."""
 
 import os
 

@@ -1,5 +1,5 @@
-"""The DeepSpeed JSON of [engine] name = "deepspeed": generated from [train]/[engine], a user's JSON merged after
-checking it (each contradicting key named with the exatrain key that sets it), and preflight refusing
+"""The DeepSpeed JSON of [engine] name = "deepspeed": generated from [train]/[engine], a user's JSON merged
+after checking it (each contradicting key named with the exatrain key that sets it), and preflight refusing
 layouts DeepSpeed cannot combine with."""
 
 import json

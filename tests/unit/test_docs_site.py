@@ -1,6 +1,6 @@
-"""The documentation site (issue "House in order"): it builds with `mkdocs build --strict`, its generated pages
-(CLI reference, troubleshooting, configuration reference) are what the code produces today, the README stays
-short, and no two modules share a base name unless their docstrings name each other (one concept in two
+"""The documentation site (issue "House in order"): it builds with `mkdocs build --strict`, its generated
+pages (CLI reference, troubleshooting, configuration reference) are what the code produces today, the README
+stays short, and no two modules share a base name unless their docstrings name each other (one concept in two
 layers, or one role in each engine package)."""
 
 import ast
@@ -92,7 +92,8 @@ def test_modules_share_a_base_name_only_with_the_reason_in_their_docstrings():
         for path in paths:
             for other in paths:
                 assert other == path or _docstring_names(path, other), (
-                    f"{path.relative_to(ROOT)} shares its name with {other.relative_to(ROOT)}: rename one, or, when "
+                    f"{path.relative_to(ROOT)} shares its name with {other.relative_to(ROOT)}: "
+                    "rename one, or, when "
                     f"they are one concept in two layers, name the other in each docstring and say why"
                 )
     assert set(shared) >= {"affinity.py", "local.py"}, "the list of shared names this test guards changed"

@@ -1,5 +1,6 @@
 """Affinity expectations from masks and a FAKE sysfs tree (this machine has no GPUs and one NUMA node, so the
-GPU/NUMA files are written by the test); the real-process check under taskset is in tests/e2e/test_affinity.py."""
+GPU/NUMA files are written by the test); the real-process check under taskset is in
+tests/e2e/test_affinity.py."""
 
 import os
 

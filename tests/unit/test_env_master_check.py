@@ -12,7 +12,8 @@ HOST = socket.gethostname()
 
 
 def _slurm(node_rank, master=None, nodes="n[1-2]", tasks="1(x2)", world=2):
-    """Rank `node_rank` of a 2-node srun step, as SLURM describes it (optionally with a MASTER_ADDR export)."""
+    """Rank `node_rank` of a 2-node srun step, as SLURM describes it (optionally with a MASTER_ADDR
+    export)."""
     env = {
         "SLURM_JOB_ID": "77",
         "SLURM_STEP_ID": "0",

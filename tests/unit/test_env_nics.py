@@ -1,4 +1,5 @@
-"""env.nics: which of GLOO_SOCKET_IFNAME's interfaces a node has (a fake /sys/class/net); the error for none."""
+"""env.nics: which of GLOO_SOCKET_IFNAME's interfaces a node has (a fake /sys/class/net); the error for
+none."""
 
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ def test_the_stall_line_is_the_users_frame_not_a_library_one():
 
 
 def test_py_spy_frames_of_the_main_thread_are_read_innermost_first():
-    # the shape of `py-spy dump --full-filenames` output (py-spy 0.4.3, as tests/distributed/test_hangs.py runs it)
+    # the shape of `py-spy dump --full-filenames` output (py-spy
+    # 0.4.3, as tests/distributed/test_hangs.py runs it)
     text = (
         'Process 5: python x.py\nPython v3.11.7\n\nThread 5 (idle): "MainThread"\n'
         "    stall (/home/me/x.py:23)\n    main (/home/me/x.py:35)\n"

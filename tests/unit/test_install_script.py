@@ -1,6 +1,7 @@
-"""scripts/install.sh returns at once when the venv already has exatrain with the requested extras from the same
-pyproject.toml, and installs otherwise. The venv is a stand-in (a `.venv/bin` of stub `pip`, `python` and
-`exatrain` that only record their calls), since a real one costs a torch install; the script is the real one."""
+"""scripts/install.sh returns at once when the venv already has exatrain with the requested extras from the
+same pyproject.toml, and installs otherwise. The venv is a stand-in (a `.venv/bin` of stub `pip`, `python` and
+`exatrain` that only record their calls), since a real one costs a torch install; the script is the real
+one."""
 
 import shutil
 import subprocess
@@ -34,7 +35,8 @@ def _install(repo, extras):
 
 
 def _installed(repo, extras):
-    """A first, real run of the script over the stub venv (it records what it installed); the calls are cleared."""
+    """A first, real run of the script over the stub venv (it records what it installed); the calls are
+    cleared."""
     r, calls = _install(repo, extras)
     assert r.returncode == 0 and "pip install" in calls, r.stdout + r.stderr
     (repo / ".venv" / "bin" / "calls").unlink()

@@ -18,7 +18,8 @@ CASES = [
         "gpu-slot",
         "7 cores and 60 GB per GPU fit in one",
     ),
-    # small-g, 2 GCDs with defaults (7 cores, 60 GB each): max(2, 14/8 = 1.75, 120/64 = 1.875) = 2 x 3 h x 0.5 = 3.0
+    # small-g, 2 GCDs with defaults (7 cores, 60 GB each):
+    # max(2, 14/8 = 1.75, 120/64 = 1.875) = 2 x 3 h x 0.5 = 3.0
     ("lumi-g", dict(partition="small-g", gpus_per_node=2, time="03:00:00"), 3.0, "gpu-slot", ""),
     # dev-g, 1 GCD with 128 GB: max(1, 7/8, 128/64 = 2) = 2 x 1.5 h x 0.5 = 1.5 (memory)
     (
@@ -32,11 +33,13 @@ CASES = [
     ("lumi-g", dict(partition="small-g", nodes=2, time="04:00:00"), 32.0, "gpu-slot", ""),
     # generic-nvidia: 3 nodes x 4 GPUs x 24 h x 1 = 288 GPU-hours
     ("generic-nvidia", dict(nodes=3, time="1-00:00:00"), 288.0, "gpu-hours", ""),
-    # juwels-booster: JSC bills core-hours of whole nodes: 1 node x 48 cores x 0.25 h = 12, though 2 of 4 GPUs are used
+    # juwels-booster: JSC bills core-hours of whole nodes: 1
+    # node x 48 cores x 0.25 h = 12, though 2 of 4 GPUs are used
     ("juwels-booster", dict(gpus_per_node=2, time="15"), 12.0, "whole-node", "uses 2 of 4 GPUs"),
     # jureca-dc: 2 nodes x 128 cores x 3 h = 768 core-hours
     ("jureca-dc", dict(nodes=2, time="03:00:00"), 768.0, "whole-node", ""),
-    # small-g slots (LUMI billing policy): 1 GCD, 9 cores: max(1, ceil(9/8) = 2, ceil(60/64) = 1) = 2 x 1 h x 0.5 = 1.0
+    # small-g slots (LUMI billing policy): 1 GCD, 9 cores: max(1,
+    # ceil(9/8) = 2, ceil(60/64) = 1) = 2 x 1 h x 0.5 = 1.0
     (
         "lumi-g",
         dict(partition="small-g", gpus_per_node=1, cpus_per_task=9, time="60"),
@@ -52,7 +55,8 @@ CASES = [
         "gpu-slot",
         "because of its memory",
     ),
-    # 2 nodes x 3 GCDs x 7 cores = 42 cores, 360 GB: max(6, ceil(42/8) = 6, ceil(360/64) = 6) = 6 x 1 h x 0.5 = 3.0
+    # 2 nodes x 3 GCDs x 7 cores = 42 cores, 360 GB: max(6,
+    # ceil(42/8) = 6, ceil(360/64) = 6) = 6 x 1 h x 0.5 = 3.0
     ("lumi-g", dict(partition="small-g", nodes=2, gpus_per_node=3, time="60"), 3.0, "gpu-slot", ""),
     # cpu: 2 nodes x 4 ranks x 8 cores x 0.75 h x 1 = 48 core-hours
     ("cpu", dict(nodes=2, gpus_per_node=4, cpus_per_task=8, time="45"), 48.0, "core-hours", ""),

@@ -108,7 +108,8 @@ def test_launch_never_imports_torch():
         "import sys, exatrain.launch, exatrain.slurm.spec, exatrain.slurm.profiles, exatrain.slurm.sbatch, "
         "exatrain.slurm.billing, exatrain.launch.local, exatrain.slurm.runner, exatrain.slurm.submit, "
         "exatrain.slurm.sweep, exatrain.env.affinity, exatrain.env.master_check; "
-        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); sys.exit(bool(bad))"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); "
+        "sys.exit(bool(bad))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2]

@@ -1,5 +1,5 @@
-"""slurm.rendezvous: torchrun's rendezvous words by the job's torch; the words for torch 2.4 are parsed by torch's
-own torchrun argument parser (2.13's: the static options it uses are the same in 2.4)."""
+"""slurm.rendezvous: torchrun's rendezvous words by the job's torch; the words for torch 2.4 are parsed by
+torch's own torchrun argument parser (2.13's: the static options it uses are the same in 2.4)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """sbatch rendering: golden files for every bundled profile x launch mode, bash syntax, hostile values.
 
 Golden files live in tests/unit/golden/<profile>-<mode>.sbatch. After an intended change of the
-rendering, regenerate them with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_sbatch.py``:
-that run writes the files and FAILS ("golden files rewritten; review the diff"), so a regeneration can never
-pass unnoticed; review the diff, then run again without the variable.
+rendering, regenerate them with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest
+tests/unit/test_launch_sbatch.py``: that run writes the files and FAILS ("golden files rewritten; review the
+diff"), so a regeneration can never pass unnoticed; review the diff, then run again without the variable.
 """
 
 import dataclasses

@@ -2,8 +2,8 @@
 (wrapped in `exatrain run` in srun mode, left to torchrun in torchrun mode) and other programs.
 
 Golden files of a script job live in tests/unit/golden/script/<profile>-<mode>.sbatch; regenerate them
-after an intended change with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_sbatch_commands.py``
-and review the diff before committing.
+after an intended change with ``EXATRAIN_UPDATE_GOLDEN=1 python -m pytest
+tests/unit/test_launch_sbatch_commands.py`` and review the diff before committing.
 """
 
 import dataclasses
@@ -189,8 +189,8 @@ def test_interpreter_options_are_refused_in_srun_mode():
 
 @pytest.mark.parametrize("name, profile", [("lumi-g", "lumi-g"), ("juwels-booster", "juwels-booster")])
 def test_example_job_files_render(name, profile):
-    """examples/torchrun_ddp's job files: the bundled profile, the script wrapped in `exatrain run` (srun mode)
-    and in torchrun with --job.launch=torchrun; both scripts are valid bash."""
+    """examples/torchrun_ddp's job files: the bundled profile, the script wrapped in `exatrain run` (srun
+    mode) and in torchrun with --job.launch=torchrun; both scripts are valid bash."""
     from exatrain.config import load_config
     from exatrain.slurm.submit import prepare
 

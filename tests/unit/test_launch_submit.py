@@ -271,7 +271,8 @@ def test_requeue_goes_through_the_same_runner():
 
 def test_script_writes_the_config_and_hostile_values_stay_data(tmp_path):
     """The script is self-contained: it writes the ranks' config with a quoted here-document. A value with a
-    newline and the here-document's end marker stays one TOML string; running the lines changes nothing else."""
+    newline and the here-document's end marker stays one TOML string; running the lines changes nothing
+    else."""
     hostile = "x\nEXATRAIN_CONFIG_END\ntouch pwned\n$(touch pwned2) 'q' \"d\""
     job = prepare(_cfg(tmp_path, f"--data.path={hostile}"))
     lines = job.script.splitlines()

@@ -17,10 +17,12 @@ from exatrain.tools.doctor import probes as doctor
 # NVIDIA/nccl-tests#185: NCCL 2.19.3, its own IB transport over RoCE, no plugin
 IB_ROCE = """\
 dgxh100-4:460770:460770 [0] NCCL INFO Bootstrap : Using enp220s0np0:11.1.128.136<0>
-dgxh100-4:460770:460770 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation
+dgxh100-4:460770:460770 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: \
+No such file or directory No plugin found (libnccl-net.so), using internal implementation
 dgxh100-4:460770:460770 [0] NCCL INFO cudaDriverVersion 12000
 NCCL version 2.19.3+cuda12.3
-dgxh100-4:460770:460842 [0] NCCL INFO NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.136<0>
+dgxh100-4:460770:460842 [0] NCCL INFO NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB \
+enp220s0np0:11.1.128.136<0>
 dgxh100-4:460770:460842 [0] NCCL INFO Using non-device net plugin version 0
 dgxh100-4:460770:460842 [0] NCCL INFO Using network IB
 """
@@ -28,7 +30,8 @@ dgxh100-4:460770:460842 [0] NCCL INFO Using network IB
 RCCL_IB = """\
 e05r3n09:929:929 [2] NCCL INFO Bootstrap : Using ib0:11.5.5.50<0>
 e05r3n09:929:929 [2] NCCL INFO NET/Plugin : No plugin found (librccl-net.so), using internal implementation
-e05r3n09:929:929 [2] NCCL INFO NET/IB : Using [0]mlx5_3:1/IB [1]mlx5_2:1/IB [2]mlx5_1:1/IB [3]mlx5_0:1/IB ; OOB ib0:11.5.5.50<0>
+e05r3n09:929:929 [2] NCCL INFO NET/IB : Using [0]mlx5_3:1/IB [1]mlx5_2:1/IB [2]mlx5_1:1/IB [3]mlx5_0:1/IB ; \
+OOB ib0:11.5.5.50<0>
 e05r3n09:929:929 [2] NCCL INFO Using network IB
 """
 # NVIDIA/nccl#1357: HPC-X's RDMA/SHARP plugin ("IBext"); plugin lines of rank 0 on one node, network lines
@@ -40,7 +43,8 @@ qh100-gpu20:39629:39686 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlug
 qh100-gpu20:39629:39686 [0] NCCL INFO NET/Plugin: Loaded collnet plugin SHARP (v6)
 qh100-gpu20:39629:39686 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so
 qh100-gpu20:39629:39686 [0] NCCL INFO P2P plugin IBext
-qh100-gpu19:49357:49418 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB/SHARP [1]mlx5_1:1/IB/SHARP [2]mlx5_4:1/IB/SHARP [3]mlx5_5:1/IB/SHARP [RO]; OOB ibp25s0:10.20.0.119<0>
+qh100-gpu19:49357:49418 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB/SHARP [1]mlx5_1:1/IB/SHARP \
+[2]mlx5_4:1/IB/SHARP [3]mlx5_5:1/IB/SHARP [RO]; OOB ibp25s0:10.20.0.119<0>
 qh100-gpu19:49357:49418 [3] NCCL INFO Using network IBext
 """
 # aws/aws-ofi-nccl#801: aws-ofi-nccl 1.6.0 on HPE Slingshot (libfabric's cxi provider, as on LUMI); the
@@ -72,7 +76,8 @@ user:852750:852802 [0] NCCL INFO Using network Socket
 RCCL_SOCKET = """\
 z292:58192:58192 [0] NCCL INFO Bootstrap : Using eno2np1:192.168.2.194<0>
 z292:58192:58192 [0] NCCL INFO NET/Plugin: No plugin found (librccl-net.so)
-z292:58192:58192 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : librccl-net.so: cannot open shared object file: No such file or directory : when loading librccl-net.so
+z292:58192:58192 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : librccl-net.so: cannot open shared \
+object file: No such file or directory : when loading librccl-net.so
 z292:58192:58192 [0] NCCL INFO NET/Plugin: Using internal network plugin.
 z292:58192:58200 [2] NCCL INFO Failed to open libibverbs.so[.1]
 z292:58192:58200 [2] NCCL INFO NET/Socket : Using [0]eno2np1:192.168.2.194<0>
@@ -209,9 +214,9 @@ def test_interfaces_plugins_and_sizes(tmp_path):
 
 
 def test_doctor_sets_nccl_logging_before_joining_the_group(tmp_path, monkeypatch):
-    """On a GPU node the doctor's ranks enable NCCL's log before init_distributed creates the group (NCCL reads
-    the variables once, at its first communicator). No GPU here: `_may_use_nccl` is forced true and the group
-    set-up is replaced by a recorder that stops the doctor there."""
+    """On a GPU node the doctor's ranks enable NCCL's log before init_distributed creates the group (NCCL
+    reads the variables once, at its first communicator). No GPU here: `_may_use_nccl` is forced true and the
+    group set-up is replaced by a recorder that stops the doctor there."""
     import argparse
 
     from exatrain.env import detect_environment
@@ -268,8 +273,8 @@ def _tool(bin_dir, name, body):
 
 
 def test_gpu_links_from_the_first_tool_that_answers(tmp_path, monkeypatch):
-    """Stand-in `nvidia-smi` / `rocm-smi` scripts on PATH (no GPU here): the link matrix of the first tool that
-    answers `topo -m` / `--showtopo`; a tool that fails gives way to the next; none at all gives None."""
+    """Stand-in `nvidia-smi` / `rocm-smi` scripts on PATH (no GPU here): the link matrix of the first tool
+    that answers `topo -m` / `--showtopo`; a tool that fails gives way to the next; none at all gives None."""
     cat = shutil.which("cat")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

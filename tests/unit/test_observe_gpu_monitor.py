@@ -18,7 +18,8 @@ READ_PYNVML = gpu_monitor._read_pynvml  # the real reader (fixtures below replac
 
 STAND_IN = """#!/bin/sh
 # stand-in nvidia-smi (no GPU on this machine): answers the monitor's --query-gpu call
-case "$*" in *--query-gpu=index,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu*) ;; *) exit 9;; esac
+case "$*" in *--query-gpu=index,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu*) \
+;; *) exit 9;; esac
 n=$(( $(cat "$0.count" 2>/dev/null || echo 0) + 1 )); echo $n > "$0.count"
 echo "0, NVIDIA H100 80GB HBM3, $((n * 10)), $((n * 1024)), 81559, 300.5, 55"
 echo "1, NVIDIA H100 80GB HBM3, [N/A], 0, 81559, [N/A], 30"
@@ -55,14 +56,16 @@ def test_sampler_writes_host_jsonl_and_summarises(tmp_path, stand_in_nvidia_smi)
     mean = 10.0 * (n + 1) / 2
     assert (
         lines[0]
-        == f"GPU 0 on node7: {mean:.0f} % busy on average over {n} samples (peak memory {n:.1f} GiB, 300 W on average)"
+        == f"GPU 0 on node7: {mean:.0f} % busy on average over {n} samples (peak memory {n:.1f} GiB, "
+        "300 W on average)"
     )
     assert lines[1] == f"GPU 1 on node7: utilisation unknown over {n} samples (peak memory 0.0 GiB)"
 
 
 def test_nvidia_ml_py_without_a_driver_gives_way_to_nvidia_smi(stand_in_nvidia_smi, monkeypatch):
-    """The real nvidia-ml-py bindings (the test extra installs them) on this machine, which has no NVIDIA driver:
-    `nvmlInit` fails, so the bindings' reader gives nothing and the next reader (the stand-in tool) answers."""
+    """The real nvidia-ml-py bindings (the test extra installs them) on this machine, which has no NVIDIA
+    driver: `nvmlInit` fails, so the bindings' reader gives nothing and the next reader (the stand-in tool)
+    answers."""
     import pynvml  # installed by the test extra: a missing package fails here rather than skipping
 
     with pytest.raises(pynvml.NVMLError):
@@ -157,7 +160,8 @@ def amdsmi_get_gpu_vram_usage(handle):
 def amdsmi_get_power_info(handle):
     if handle == "handle-1":
         raise AmdSmiLibraryException("Error code: 2 | AMDSMI_STATUS_NOT_SUPPORTED")
-    return {"socket_power": 0, "current_socket_power": "N/A", "average_socket_power": 92, "gfx_voltage": "N/A",
+    return {"socket_power": 0, "current_socket_power": "N/A", "average_socket_power": 92, \
+"gfx_voltage": "N/A",
             "soc_voltage": "N/A", "mem_voltage": "N/A", "power_limit": 500}
 
 def amdsmi_get_temp_metric(handle, sensor_type, metric):
@@ -166,7 +170,8 @@ def amdsmi_get_temp_metric(handle, sensor_type, metric):
     return {AmdSmiTemperatureType.EDGE: 38, AmdSmiTemperatureType.HOTSPOT: 41}[sensor_type]
 
 def amdsmi_get_gpu_asic_info(handle):
-    return {"market_name": "AMD Instinct MI250X", "vendor_id": "0x1002", "vendor_name": "Advanced Micro Devices Inc.",
+    return {"market_name": "AMD Instinct MI250X", "vendor_id": "0x1002", \
+"vendor_name": "Advanced Micro Devices Inc.",
             "device_id": "0x740c", "target_graphics_version": "gfx90a"}
 """
 

@@ -44,7 +44,8 @@ def test_tensorboard_setting(monkeypatch):
 
 
 def test_a_flagged_straggler_is_a_text_entry(tmp_path):
-    """The record that flags a straggler (StepMetrics' straggler_flagged) also goes to TensorBoard's Text tab."""
+    """The record that flags a straggler (StepMetrics' straggler_flagged) also goes to TensorBoard's Text
+    tab."""
     log = tb.TensorBoardLog(tmp_path / "tb")
     flag = {"rank": 1, "host": "nid005012", "device": "GPU 3", "phase": "data", "ratio": 1.52, "intervals": 3}
     log.write(kind="train", step=30, loss=2.0, straggler_flagged=None)

@@ -18,7 +18,8 @@ from exatrain.models import model_shape
 from exatrain.models.transformer import build_model
 from exatrain.tools.plan import make_plan, memory
 
-# xl (~1B parameters, 16 heads, 18 blocks) on 16,384 GPUs: 4 pipeline ranks x 8 replicas x 64-way FSDP x 8-way TP
+# xl (~1B parameters, 16 heads, 18 blocks) on 16,384 GPUs:
+# 4 pipeline ranks x 8 replicas x 64-way FSDP x 8-way TP
 HUGE = [
     "--model.size=xl",
     "--data.seq_len=4096",
@@ -151,10 +152,11 @@ def test_checkpointing_and_tp_shrink_the_estimate():
     tp = memory.stage_activation_bytes(18, False, replace(spec, tp=8))
     sp = memory.stage_activation_bytes(18, False, replace(spec, tp=8, sequence_parallel=True))
     assert full < every < none
-    # bf16 under TP and SP: only the order. The bf16 terms were read off one H100 without TP (benchmarks/RESULTS.md;
-    # their split under TP/SP is assumed) and cannot be measured here: on the CPU, autocast's RMSNorm also keeps
-    # its normalised input in fp32 (16 bytes per B*T*D per block where the H100 kept 8), so on 2 gloo ranks this
-    # estimate is 0.78 (TP) and 0.86 (TP + SP) of the saved tensors (bf16 weight copies excluded)
+    # bf16 under TP and SP: only the order. The bf16 terms were read off one H100 without TP
+    # (benchmarks/RESULTS.md; their split under TP/SP is assumed) and cannot be measured here: on the CPU,
+    # autocast's RMSNorm also keeps its normalised input in fp32 (16 bytes per B*T*D per block where the H100
+    # kept 8), so on 2 gloo ranks this estimate is 0.78 (TP) and 0.86
+    # (TP + SP) of the saved tensors (bf16 weight copies excluded)
     assert sp < tp < none
     fp32 = memory.stage_activation_bytes(18, False, replace(spec, elem_bytes=4))
     fp32_tp = memory.stage_activation_bytes(18, False, replace(spec, elem_bytes=4, tp=8))

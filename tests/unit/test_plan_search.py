@@ -123,7 +123,10 @@ def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
 
 def _site(tmp_path) -> str:
     text = (PROFILE_DIR / "juwels-booster.toml").read_text()
-    hw = "peak_tflops = 312.0\nmatmul_tflops = 200.0\nintra_node_busbw_gbs = 100.0\ninter_node_busbw_gbs = 20.0"
+    hw = (
+        "peak_tflops = 312.0\nmatmul_tflops = 200.0\nintra_node_busbw_gbs = "
+        "100.0\ninter_node_busbw_gbs = 20.0"
+    )
     path = tmp_path / "site.toml"
     path.write_text(text.replace("peak_tflops = 312.0", hw))
     return str(path)

@@ -48,7 +48,8 @@ def test_compute_and_exposed_tensor_parallel():
 
 
 def test_data_parallel_hidden_until_it_exceeds_compute_and_inter_node_is_slower():
-    # a dp all-reduce over ranks 0 and 4 crosses nodes (4 GPUs per node): 1e9 x 1 / 25e9 = 0.04 s < compute: hidden
+    # a dp all-reduce over ranks 0 and 4 crosses nodes (4 GPUs
+    # per node): 1e9 x 1 / 25e9 = 0.04 s < compute: hidden
     small = Collective("all_reduce", "dp_replicate", 2, 5, 10**9, (0, 4))
     assert estimate.step_time(_inputs(), [small], HW).breakdown["exposed_comm_s"] == 0
     # 10e9 x 1 / 25e9 = 0.4 s: 0.4 - 0.12288 exposed
@@ -174,7 +175,8 @@ def test_target_tokens_wall_time_and_billing_use_the_cost_code():
     from exatrain.tools.plan.target import target_cost
 
     lumi = load_profile("lumi-g")
-    # 1.08e6 tokens / 1000 per step = 1080 steps x 10 s = 3 h on 16 GCDs = 2 whole nodes x 4 GPU-hours/node-hour
+    # 1.08e6 tokens / 1000 per step = 1080 steps x 10 s = 3
+    # h on 16 GCDs = 2 whole nodes x 4 GPU-hours/node-hour
     t = target_cost(1_080_000, 1000, 10.0, 16, lumi, "a model")
     assert (t.steps, t.nodes, t.gpus_per_node, t.partition) == (1080, 2, 8, "standard-g")
     assert t.wall_time_h == pytest.approx(3.0) and t.units == pytest.approx(2 * 3 * 4.0)

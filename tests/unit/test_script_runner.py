@@ -88,8 +88,8 @@ def test_what_the_script_left_is_freed_before_python_finalizes(tmp_path):
     assert runner.returncode == 0
 
 
-# Python's order at exit: the main thread's end, then non-daemon threads are waited for, then exit handlers run
-# last-registered first. A file written through a buffer and never closed, held by another module.
+# Python's order at exit: the main thread's end, then non-daemon threads are waited for, then exit handlers
+# run last-registered first. A file written through a buffer and never closed, held by another module.
 ENDING = """import atexit, sys, threading, time
 import leftover
 

@@ -62,8 +62,8 @@ class DeepSpeedCheckpoints:
         return final
 
     def load(self, path: Path, state=None, **_) -> None:
-        """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder; from its universal
-        conversion when the world size differs."""
+        """Restore model, ZeRO optimizer shards, schedule and progress from a step-N folder; from its
+        universal conversion when the world size differs."""
         info = read_info(path)
         problem = _mismatch(info, self.world_size, self.zero_stage)
         if problem:
@@ -79,7 +79,8 @@ class DeepSpeedCheckpoints:
         if universal:
             load_dir = ensure_universal(path, TAG)
             print0(
-                f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its conversion to "
+                f"checkpoint {path} was written by {info.get('world_size')} rank(s): loading its "
+                "conversion to "
                 f"DeepSpeed's universal checkpoint ({load_dir}) into {self.world_size} rank(s)"
             )
         with loading_universal(self.ds, universal):
@@ -104,7 +105,8 @@ class DeepSpeedCheckpoints:
 
 
 def read_info(path: Path) -> dict:
-    """What exatrain recorded about a DeepSpeed checkpoint; a clear error for a checkpoint of another engine."""
+    """What exatrain recorded about a DeepSpeed checkpoint; a clear error for a checkpoint of another
+    engine."""
     try:
         return json.loads((Path(path) / INFO).read_text())
     except FileNotFoundError:
@@ -120,7 +122,8 @@ def _mismatch(info: dict, world_size: int, zero_stage: int) -> str:
         return f"saved with ZeRO stage {info.get('zero_stage')}, this run uses stage {zero_stage}"
     if info.get("world_size") != world_size and zero_stage not in UNIVERSAL_STAGES:
         return (
-            f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and DeepSpeed's universal "
+            f"saved by {info.get('world_size')} rank(s), this run has {world_size}, and "
+            "DeepSpeed's universal "
             f"checkpoint does not reshard ZeRO stage {zero_stage} here (see docs/engines.md)"
         )
     return ""

@@ -1,5 +1,5 @@
-"""The DeepSpeed JSON config of `[engine] name = "deepspeed"`: generated from [train] and [engine], merged with
-a user's own DeepSpeed JSON, whose keys may add to it but never contradict it.
+"""The DeepSpeed JSON config of `[engine] name = "deepspeed"`: generated from [train] and [engine], merged
+with a user's own DeepSpeed JSON, whose keys may add to it but never contradict it.
 
 Pure data (no torch, no deepspeed import): the engine passes the result to `deepspeed.initialize`.
 """
@@ -21,7 +21,8 @@ OWNED = {
     "zero_optimization.stage": "engine.zero_stage",
     "bf16.enabled": "train.precision",
     "fp16.enabled": "train.precision (exatrain trains in bf16 or fp32, never fp16)",
-    "checkpoint.load_universal": "checkpoint.resume (a resume at another world size loads DeepSpeed's universal "
+    "checkpoint.load_universal": "checkpoint.resume (a resume at another world size loads DeepSpeed's "
+    "universal "
     "checkpoint by itself)",
 }
 #: sections a user's JSON may not have: exatrain builds the optimizer and schedule from [train]
@@ -98,7 +99,8 @@ def read_user_config(path: str) -> dict:
 
 
 def check_user_config(user: dict, generated: dict, source: str, check_precision: bool = True) -> None:
-    """Refuse keys of the user's JSON that contradict exatrain's settings, naming each and the exatrain key to use.
+    """Refuse keys of the user's JSON that contradict exatrain's settings, naming each and the exatrain key to
+    use.
 
     DeepSpeed's "auto" is accepted for owned keys (it means "whatever the trainer decides")."""
     problems = [

@@ -2,10 +2,11 @@
 
 exatrain still decides everything it decides for its torch engine: the process group (DeepSpeed wraps it,
 exatrain.attach_deepspeed), the model's initial weights, AdamW and its schedule, batch sizes,
-accumulation, clipping and precision (a DeepSpeed JSON config generated from [train], engines/deepspeed/config.py).
-DeepSpeed runs the step: backward with its gradient partitioning, clipping, the optimizer and the schedule
-at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load: exatrain.Checkpointer given
-the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout (engines/deepspeed/checkpoints.py).
+accumulation, clipping and precision (a DeepSpeed JSON config generated from [train],
+engines/deepspeed/config.py). DeepSpeed runs the step: backward with its gradient partitioning, clipping, the
+optimizer and the schedule at the accumulation boundary. Checkpoints go through DeepSpeed's own save/load:
+exatrain.Checkpointer given the DeepSpeed engine (`self.ds`) writes them in exatrain's run layout
+(engines/deepspeed/checkpoints.py).
 
 Same role as engines/horovod/engine.py: each engine package has its engine.py.
 """
@@ -43,7 +44,8 @@ class DeepSpeedEngine(Engine):
         self.optimizer, self.scheduler = optimizer, scheduler
         self.grad_norm: torch.Tensor | None = None
         self._deepspeed = deepspeed
-        # what DeepSpeed runs on (DS_ACCELERATOR, set by import_deepspeed where there is no GPU): the banner says it
+        # what DeepSpeed runs on (DS_ACCELERATOR, set by
+        # import_deepspeed where there is no GPU): the banner says it
         self.accelerator = deepspeed.get_accelerator().device_name()
         super().__init__([self.ds.module], reference.num_params(), False, contextlib.nullcontext)
 

@@ -48,7 +48,8 @@ def ensure_universal(path: Path, tag: str) -> Path:
 
 
 def _convert(source: Path, final: Path, tag: str) -> None:
-    """Rank 0: DeepSpeed's ds_to_universal of `source` into `final/tag`, atomically (partial folder, rename)."""
+    """Rank 0: DeepSpeed's ds_to_universal of `source` into `final/tag`, atomically (partial folder,
+    rename)."""
     from deepspeed.checkpoint import ds_to_universal
 
     partial = final.with_name(f".{final.name}.partial")

@@ -1,1 +1,2 @@
-"""Horovod on exatrain's launch path: setup (hvd.init from the detected environment) and engine (the trainer's step)."""
+"""Horovod on exatrain's launch path: setup (hvd.init from the detected environment) and engine (the trainer's
+step)."""

@@ -1,1 +1,2 @@
-"""`exatrain doctor`: probes.py holds the per-rank checks and the bandwidth sweep, command.py the command that starts the group and prints every rank's report."""
+"""`exatrain doctor`: probes.py holds the per-rank checks and the bandwidth sweep, command.py the command that
+starts the group and prints every rank's report."""

@@ -177,9 +177,9 @@ def parse_nccl_network(log: str) -> str | None:
 
 
 def parse_nccl_plugin(log: str) -> str | None:
-    """The network plugin an NCCL_DEBUG=INFO log says NCCL loaded ("aws-ofi-nccl 1.6.0", "NCCL RDMA Plugin v6",
-    a library path), "internal" when it found none and uses its own IB/Socket transports, None when the log
-    does not say."""
+    """The network plugin an NCCL_DEBUG=INFO log says NCCL loaded ("aws-ofi-nccl 1.6.0", "NCCL RDMA Plugin
+    v6", a library path), "internal" when it found none and uses its own IB/Socket transports, None when the
+    log does not say."""
     patterns = (
         r"NET/OFI (?:Using|Initializing) (aws-ofi-[rn]ccl\S*(?: \S+)?)",  # aws-ofi-nccl / aws-ofi-rccl
         r"NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?\s*$",
@@ -209,7 +209,8 @@ def writable(directory: str | Path) -> bool:
 
 
 def gpu_links() -> str | None:
-    """The GPU-GPU link matrix of this node (`nvidia-smi topo -m` or `rocm-smi --showtopo`), if a tool has it."""
+    """The GPU-GPU link matrix of this node (`nvidia-smi topo -m` or `rocm-smi --showtopo`), if a tool has
+    it."""
     for cmd in (["nvidia-smi", "topo", "-m"], ["rocm-smi", "--showtopo"]):
         if shutil.which(cmd[0]):
             try:
@@ -257,7 +258,8 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None = None)
             out.append(
                 (
                     f"{where}: sees {r['visible_gpus']} GPU(s) with {r['ranks_on_node']} rank(s) on the node",
-                    "bind one GPU per rank (--gpus-per-task=1) or all node GPUs to every rank (--gpus-per-node)",
+                    "bind one GPU per rank (--gpus-per-task=1) or all node GPUs to every rank "
+                    "(--gpus-per-node)",
                 )
             )
         for cache, ok in r["caches"].items():
@@ -276,7 +278,8 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None = None)
             out.append(
                 (
                     f"NCCL uses NET/Socket between nodes (TCP){where}: far below the fabric's bandwidth",
-                    "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check NCCL_IB_HCA / NCCL_SOCKET_IFNAME",
+                    "load the network plugin (aws-ofi-nccl / aws-ofi-rccl on Slingshot) or check "
+                    "NCCL_IB_HCA / NCCL_SOCKET_IFNAME",
                 )
             )
         if not any(r["interfaces"] for r in reports):

@@ -22,21 +22,21 @@ tests/unit/test_plan.py, and of 2 real ranks under TP and TP + SP in tests/distr
 The embeddings keep only the token ids: their sum is block 0's residual input, counted in the block.
 
 Under bf16 autocast (GPU runs) it is not 18 x 2: MEASURED on an H100 (torch 2.11, benchmarks/gpu_memory.py,
-benchmarks/RESULTS.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept in
-fp32 (2 x 4 bytes), and eager autocast casts the fp32 norm output to bf16 once per consumer (wq, wk, wv, w1:
-4 x 2 bytes); q, k, v, the attention output (wo's input is a view of it) and the MLP's 8 are bf16 (24 bytes):
-40 bytes per B*T*D. torch.compile'd blocks keep 34 (one cast per norm: 4; 22 in the sharded terms; that split
-is assumed, the total measured). Besides, autocast keeps a bf16 copy of every fp32 matmul weight for backward
-(2 bytes per weight element, once per rank: `weight_copy_bytes`).
+benchmarks/RESULTS.md), autocast runs RMSNorm in fp32, so the residual stream and the norms' inputs are kept
+in fp32 (2 x 4 bytes), and eager autocast casts the fp32 norm output to bf16 once per consumer (wq, wk, wv,
+w1: 4 x 2 bytes); q, k, v, the attention output (wo's input is a view of it) and the MLP's 8 are bf16 (24
+bytes): 40 bytes per B*T*D. torch.compile'd blocks keep 34 (one cast per norm: 4; 22 in the sharded terms;
+that split is assumed, the total measured). Besides, autocast keeps a bf16 copy of every fp32 matmul weight
+for backward (2 bytes per weight element, once per rank: `weight_copy_bytes`).
 
 Activation checkpointing keeps only each checkpointed block's input (1 B*T*D elements) plus one block's full
-set while it is recomputed in backward. Head (last stage): the final norm's fp32 input (4 bytes; in fp32 on the
-CPU also its normalised input: 8), / tp with sequence parallel, its output as the output head's whole input
-(all-gathered under sequence parallel; 2 bytes in bf16, 4 in fp32) and the fp32 log-probs (4 bytes per B*T*V)
-are kept; at the start of backward the log-probs' gradient and the logits' gradient add 8 bytes per B*T*V for
-a moment (`head_backward_bytes`); / tp with loss_parallel. Dropout masks (1 byte per element) are added per
-block when dropout > 0. It is an estimate: allocator slack, the CUDA context and temporary buffers of kernels
-are not in it.
+set while it is recomputed in backward. Head (last stage): the final norm's fp32 input (4 bytes; in fp32 on
+the CPU also its normalised input: 8), / tp with sequence parallel, its output as the output head's whole
+input (all-gathered under sequence parallel; 2 bytes in bf16, 4 in fp32) and the fp32 log-probs (4 bytes per
+B*T*V) are kept; at the start of backward the log-probs' gradient and the logits' gradient add 8 bytes per
+B*T*V for a moment (`head_backward_bytes`); / tp with loss_parallel. Dropout masks (1 byte per element) are
+added per block when dropout > 0. It is an estimate: allocator slack, the CUDA context and temporary buffers
+of kernels are not in it.
 """
 
 from __future__ import annotations
@@ -128,13 +128,15 @@ def _logits(s: ActivationSpec) -> float:
 
 def head_backward_bytes(last: bool, s: ActivationSpec) -> float:
     """What the loss's backward adds for a moment on the last stage: the gradients of the fp32 log-probs and
-    of the logits (8 bytes per logit; measured on an H100 as the whole step's peak above the end of forward)."""
+    of the logits (8 bytes per logit; measured on an H100 as the whole step's peak above the end of
+    forward)."""
     return 8 * _logits(s) if last else 0.0
 
 
 def weight_copy_bytes(n_blocks: int, last: bool, s: ActivationSpec) -> float:
     """bf16 copies of fp32 matmul weights that autocast keeps for backward (none in fp32 or with FSDP's bf16
-    parameters): 2 bytes per weight element of the blocks that keep their activations, and of the output head."""
+    parameters): 2 bytes per weight element of the blocks that keep their activations, and of the output
+    head."""
     if s.elem_bytes == 4:
         return 0.0
     d = s.shape.dim
@@ -166,7 +168,10 @@ def optimizer_bytes(param_elements: int, param_tensors: int) -> int:
 def verdict(total_bytes: float, gpu_gb: float | None) -> str:
     """'fits', 'tight' (above 90 % of the GPU) or 'does not fit'; 'unknown' without a GPU size."""
     if not gpu_gb:
-        return "unknown (no GPU memory size: pass --gpu-memory-gb, or --site with a profile that sets gpu_memory_gb)"
+        return (
+            "unknown (no GPU memory size: pass --gpu-memory-gb, or --site with a profile that sets "
+            "gpu_memory_gb)"
+        )
     share = total_bytes / (gpu_gb * GIB)
     if share > 1:
         return f"does not fit ({share:.0%} of {gpu_gb:g} GiB)"

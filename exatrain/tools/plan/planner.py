@@ -338,16 +338,20 @@ def _block_note(spec: memory.ActivationSpec) -> str:
 def assumptions(cfg: Config, dims: ParallelDims, spec: memory.ActivationSpec) -> list[str]:
     """What the numbers assume, printed under the table."""
     notes = [
-        "parameters: measured local shards (fp32 storage) of the layout built on the meta device, fake process group",
+        "parameters: measured local shards (fp32 storage) of the layout built on the meta "
+        "device, fake process group",
         "gradients: measured by a backward on the meta device; under FSDP (which cannot run there) the "
         "parameters' shards and dtype, where its reduce-scatter puts them (its bf16 copies are transient)",
         "optimizer: AdamW, 2 x fp32 per parameter element + one fp32 step per tensor",
-        "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in param_dtype, "
+        "FSDP/DDP buffers: ESTIMATE, FSDP: largest unit gathered twice (running + prefetched) in "
+        "param_dtype, "
         "its unsharded gradient and fp32 reduce input; DDP: its buckets, one more copy of the gradients",
         f"activations: ESTIMATE, {_block_note(spec)} (flash attention), "
-        f"B = {spec.batch} samples per microbatch, T = {spec.seq_len}; checkpointing: {cfg.parallel.activation_checkpoint}; "
+        f"B = {spec.batch} samples per microbatch, T = {spec.seq_len}; checkpointing: "
+        f"{cfg.parallel.activation_checkpoint}; "
         "the last stage adds 8 bytes per logit for the loss's backward",
-        "gradients and activations: their sum when gradients exist during a forward (accumulation, pipeline), "
+        "gradients and activations: their sum when gradients exist during a forward "
+        "(accumulation, pipeline), "
         "else the larger (backward frees activations as it creates gradients)",
         "not included: CUDA context (~0.5-1 GiB), allocator fragmentation, NCCL buffers; "
         f"'tight' above {memory.TIGHT_FRACTION:.0%} of the GPU",

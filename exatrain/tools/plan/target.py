@@ -77,7 +77,8 @@ def target_cost(
         f"{num(wall_h)} hours of wall time on {nodes} node(s) x {per_node} GPUs of {profile.name} "
         f"(partition {hourly.partition}) at a predicted {step_time_s:.3g} s per step, i.e. "
         f"{num(units)} {hourly.unit} under the site's {hourly.rule} billing rule; the step time is predicted "
-        "by exatrain plan from the site's measured hardware constants and excludes evaluation, checkpointing, "
+        "by exatrain plan from the site's measured hardware constants and excludes evaluation, "
+        "checkpointing, "
         "restarts and queueing, for which a margin should be added."
     )
     return TargetCost(
