@@ -4,8 +4,8 @@ built in seconds and offline from the test venv's own installed distributions.
 How: the closure of pyproject.toml's ``dependencies`` (markers evaluated, extras never followed) is taken
 from the distributions installed in the running venv; their files (per each distribution's RECORD) are
 linked into one folder that a ``.pth`` file puts on a fresh venv's path; exatrain itself is then installed
-into the fresh venv by pip from a copy of what its wheel holds (``--no-deps --no-build-isolation``) and ``pip check``
-proves every declared requirement is met by that folder alone. What it does not reproduce: pip choosing the
+into the fresh venv by pip from a copy of what its wheel holds (``--no-deps --no-build-isolation``) and
+``pip check`` proves every declared requirement is met by that folder alone. What it does not reproduce: pip choosing the
 newest release of each dependency from PyPI (the versions are the test venv's).
 """
 
@@ -90,7 +90,9 @@ def make_plain_venv(folder: Path) -> Path:
     from exatrain.slurm.container_env import _COPY_SOURCE_PY, _SOURCE_FILES
 
     source = folder / "exatrain-src"
-    subprocess.run([sys.executable, "-c", _COPY_SOURCE_PY, str(ROOT), str(source), *_SOURCE_FILES], check=True)
+    subprocess.run(
+        [sys.executable, "-c", _COPY_SOURCE_PY, str(ROOT), str(source), *_SOURCE_FILES], check=True
+    )
     subprocess.run(
         [*pip, "install", "--no-deps", "--no-build-isolation", "--no-cache-dir", str(source)],
         check=True,
