@@ -5,8 +5,8 @@ How: the closure of pyproject.toml's ``dependencies`` (markers evaluated, extras
 from the distributions installed in the running venv; their files (per each distribution's RECORD) are
 linked into one folder that a ``.pth`` file puts on a fresh venv's path; exatrain itself is then installed
 into the fresh venv by pip from a copy of what its wheel holds (``--no-deps --no-build-isolation``) and
-``pip check`` proves every declared requirement is met by that folder alone. What it does not reproduce: pip choosing the
-newest release of each dependency from PyPI (the versions are the test venv's).
+``pip check`` proves every declared requirement is met by that folder alone. What it does not reproduce:
+pip choosing the newest release of each dependency from PyPI (the versions are the test venv's).
 """
 
 from __future__ import annotations
