@@ -1,7 +1,11 @@
 """Pre-timeout signal on a real SLURM job: checkpoint, `scontrol requeue`, rescheduled, resumed, same result.
 
 The signal is delivered with `scancel -s USR2` (what `--signal=USR2@N` does near the time limit, but
-deterministic). Requeued jobs are held ~2 minutes by SLURM (EligibleTime): the test releases it with
+deterministic): the first run's ranks wait at the top of step HOLD_AT (HOLD below: a `sitecustomize.py` on
+their PYTHONPATH wraps `exatrain.step`, the trainer's progress mark; the trainer is unchanged) until the test
+has sent the signal, so the checkpoint comes at step HOLD_AT or the next one however fast the machine is (a
+fixed step count against a polled signal raced a fast machine to the end of training). Requeued jobs are
+held ~2 minutes by SLURM (EligibleTime): the test releases it with
 `scontrol update StartTime=now` as soon as it is PENDING. Reference: the same training uninterrupted on
 4 local gloo ranks, compared step by step in every job (`_same_steps_as_reference`): each step once and in
 order, the same global batch (batch digests) and a loss within 1e-5 at every step, and the final eval loss.
@@ -17,9 +21,49 @@ import pytest
 from exatrain.observe import read_metrics
 from tests.conftest import run_exatrain
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.slurm
 
-STEPS = 80  # the signal comes at step 10, ~15 s before the end on a loaded 2-core machine
+STEPS = 40
+HOLD_AT = 10  # the first run's ranks wait at the top of this step until the signal was sent
+HOLD = f"""import os, time
+from pathlib import Path
+
+GO = os.environ.get("EXATRAIN_TEST_GO_FILE")
+if GO and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    import exatrain.observe.heartbeat as heartbeat
+
+    _mark = heartbeat.step
+
+    def step(n=None):
+        done = _mark(n)
+        deadline = time.monotonic() + 300
+        while n == {HOLD_AT} and not Path(GO).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the signal's handler runs in this thread meanwhile
+        return done
+
+    heartbeat.step = step
+"""
+
+
+def _hold(tmp_path) -> tuple[dict[str, str], Path]:
+    """The environment that makes the first run's ranks wait at step HOLD_AT; the file that releases them."""
+    folder = tmp_path / "hold"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(HOLD)
+    go = tmp_path / "go"
+    return {"PYTHONPATH": f"{folder}:{ROOT}", "EXATRAIN_TEST_GO_FILE": str(go)}, go
+
+
+def _signal_at_the_hold(cluster, job: str, metrics: Path, go: Path) -> None:
+    """Once the ranks logged step HOLD_AT - 1 (they then wait at the top of HOLD_AT): USR2, then release."""
+    _poll(f"training to reach step {HOLD_AT - 1}", lambda: _last_step(metrics) >= HOLD_AT - 1, 300)
+    assert cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
+    time.sleep(1)  # slurmstepd delivers it to every rank (not a timing assertion: the ranks wait for `go`)
+    go.touch()
+
+
 ARGS = [
     f"--train.steps={STEPS}",
     "--train.log_every=1",
@@ -50,7 +94,7 @@ JOB = """#!/bin/bash
 #SBATCH --time=00:10:00
 #SBATCH --output=%x-%j.out
 #SBATCH --open-mode=append
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 PYTHONPATH={pythonpath} EXATRAIN_TEST_GO_FILE={go}
 echo "start restarts=${{SLURM_RESTART_COUNT:-0}}"
 srun --kill-on-bad-exit=1 {python} -m exatrain.cli.main train --run.dir="$SLURM_SUBMIT_DIR/run" \\
   --checkpoint.resume=auto {args}
@@ -96,11 +140,12 @@ def _same_steps_as_reference(got: list[dict], reference: list[dict]) -> None:
 
 def test_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
     script = tmp_path / "job.sbatch"
-    script.write_text(JOB.format(python=sys.executable, args=" ".join(ARGS)))
+    env, go = _hold(tmp_path)
+    text = JOB.format(python=sys.executable, args=" ".join(ARGS), pythonpath=env["PYTHONPATH"], go=go)
+    script.write_text(text)
     job = slurm_cluster.sbatch(script, cwd=tmp_path)
     metrics = tmp_path / "run" / "metrics.jsonl"
-    _poll("training to reach step 10", lambda: _last_step(metrics) >= 10, 300)
-    assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
+    _signal_at_the_hold(slurm_cluster, job, metrics, go)
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 120)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
     assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
@@ -111,7 +156,7 @@ def test_signal_checkpoint_requeue_resume(slurm_cluster, reference, tmp_path):
     assert "DUE TO JOB REQUEUE" in out, out
     assert "resumed from" in out, out
     ckpt_step = int(out.split("checkpointing at step ")[1].split()[0])
-    assert 10 <= ckpt_step < STEPS
+    assert HOLD_AT <= ckpt_step <= HOLD_AT + 1, ckpt_step  # the step the ranks were held at, or the next
 
     _same_steps_as_reference(read_metrics(metrics), reference)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -175,13 +220,20 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     ]
     config = tmp_path / "job.toml"
     config.write_text(SRUN_JOB.format(profile=profile, command=json.dumps(rank), steps=STEPS))
+    env, go = _hold(tmp_path)
     r = _exatrain(
-        slurm_cluster, "submit", "-c", str(config), f"--run.dir={run}", "--train.device=cpu", cwd=tmp_path
+        slurm_cluster,
+        "submit",
+        "-c",
+        str(config),
+        f"--run.dir={run}",
+        "--train.device=cpu",
+        cwd=tmp_path,
+        env=env,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
-    _poll("training to reach step 10", lambda: _last_step(run / "metrics.jsonl") >= 10, 300)
-    assert slurm_cluster.run(["scancel", "-s", "USR2", job]).returncode == 0
+    _signal_at_the_hold(slurm_cluster, job, run / "metrics.jsonl", go)
     _poll("the job to be requeued (PENDING)", lambda: slurm_cluster.state(job) == "PENDING", 180)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
     assert slurm_cluster.wait(job, timeout=600) == "COMPLETED"
@@ -190,7 +242,7 @@ def test_srun_mode_ranks_without_scontrol_exit_75_and_the_batch_script_requeues(
     assert out.count(f"exatrain job {job} ") == 2, out  # the batch script ran twice: requeued once
     assert slurm_cluster.job_info(job)[0].get("Restarts") == "1"
     assert "signal SIGUSR2: checkpointing at step" in out, out
-    assert 10 <= int(out.split("checkpointing at step ")[1].split()[0]) < STEPS
+    assert HOLD_AT <= int(out.split("checkpointing at step ")[1].split()[0]) <= HOLD_AT + 1, out
     assert "scontrol not found" in out and "(exit code 75)" in out, out  # the ranks could not requeue
     assert "resumed from" in out, out
     assert not (run / "requeue-requested").exists()
