@@ -13,15 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.test_hangs import _line_of
 from tests.slurm.test_submit import PROFILE, _exatrain
 
 pytestmark = pytest.mark.slurm
 
 SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "plain_hang.py"
-
-
-def _line(marker: str) -> int:
-    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if marker in line)
 
 
 def test_dump_of_a_job_id_names_the_stalled_rank_on_its_node(slurm_cluster, tmp_path):
@@ -51,7 +48,7 @@ def test_dump_of_a_job_id_names_the_stalled_rank_on_its_node(slurm_cluster, tmp_
         assert dump.returncode == 0, dump.stdout + dump.stderr
         text = dump.stdout
         assert text.startswith("exatrain: HANG (dump requested): rank 1 (node2, pid "), text
-        stall = f"plain_hang.py:{_line('STALL-LINE')} (main)"
+        stall = f"plain_hang.py:{_line_of('STALL-LINE', SCRIPT)} (main)"
         assert "is outside any torch.distributed call, at " in text and stall in text.split(";")[0], text
         assert "rank(s) 0 wait in torch.distributed.all_reduce at " in text and "without a stack" not in text
         assert text.strip() == (run / "hang" / "diagnosis.txt").read_text().strip()
