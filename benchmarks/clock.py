@@ -46,4 +46,20 @@ def report(times: dict[str, list[Span]], a: str, b: str, goal: str) -> str:
             )
     for clock in ("wall", "cpu"):
         lines.append(f"ratio {a}/{b} by {clock:4s} time = {med[a, clock] / med[b, clock]:.3f}  ({goal})")
+    lines += [_paired(times[a], times[b], clock, f"{a}/{b}") for clock in ("wall", "cpu")]
     return "\n".join(lines)
+
+
+def _paired(a: list[Span], b: list[Span], clock: str, name: str) -> str:
+    """The median of the ratios of neighbouring blocks (repetition i of each side), with its quartiles.
+
+    Interleaved blocks of one repetition run seconds apart, so a slow drift of the machine (another
+    job starting, the clock frequency) divides out of each ratio; the median of the ratios is then
+    steadier than the ratio of the two medians when the blocks' own spread is large.
+    """
+    ratios = sorted(getattr(x, clock) / getattr(y, clock) for x, y in zip(a, b))
+    if len(ratios) < 4:
+        return f"paired ratio {name} by {clock:4s} time = {statistics.median(ratios):.3f}"
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    return f"paired ratio {name} by {clock:4s} time = {q2:.3f}  (quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)"
+
