@@ -4,7 +4,7 @@
 # and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PKGS="munge slurmctld slurmd slurm-client chromium openmpi-bin bubblewrap iproute2 nftables"  # bwrap: the container twin; ip/nft: the SLURM site twins
+PKGS="munge slurmctld slurmd slurm-client chromium openmpi-bin bubblewrap iproute2 nftables slurmdbd mariadb-server"  # bwrap: the container twin; ip/nft: the SLURM site twins; slurmdbd + MariaDB: the testbed's accounting
 missing=$(for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "test: installing Debian packages:" $missing

@@ -37,7 +37,9 @@ _REJECTIONS = {
     "Invalid account": "set job.account to a project you belong to that may use job.partition (sacctmgr show "
     "assoc user=$USER; scontrol show partition PARTITION: AllowAccounts)",
     "invalid partition": "set job.partition to a partition of this cluster (sinfo -s)",
-    "Invalid qos": "set job.qos to one allowed for your account, or leave it empty",
+    "Invalid qos": "set job.qos to one your account may use in job.partition, or leave it empty "
+    "(sacctmgr show assoc user=$USER format=account,partition,qos; scontrol show partition PARTITION: "
+    "AllowQos)",
     "Requested time limit is invalid": "lower job.time to the partition's MaxTime (sinfo -o '%P %l')",
 }
 

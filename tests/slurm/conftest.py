@@ -295,6 +295,7 @@ def slurm_cluster(request: pytest.FixtureRequest):
     env = {k: v for k, v in os.environ.items() if not _FOREIGN_ENV.match(k)}
     env.update(STB_STATE=str(state), STB_REPLACE="1")  # we hold the lock: any other testbed is stale
     env.setdefault("STB_SITES", "1")
+    env.setdefault("STB_ACCOUNTING", "1")  # slurmdbd: sacct works, QOS names are checked (test_sbatch_hints)
     up_log, down_log = base / "up.log", base / "down.log"
     started = False
     keep_reason: str | None = "the testbed did not start"

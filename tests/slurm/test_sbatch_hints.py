@@ -3,12 +3,17 @@
 cluster refuses. Each time the same script is also given to sbatch directly, and exatrain's error must quote
 the reason sbatch printed, and its HINT must name the job key to change.
 
-"Invalid account": the testbed has no slurmdbd, so slurmctld checks accounts only against a partition's
-AllowAccounts; the test creates such a partition (`acct`, project_465000123 only) and asks for another
-account, which slurmctld refuses with the same words as a site with accounting ("Invalid account or
-account/partition combination specified"). Not reproduced: "Invalid qos" (without accounting slurmctld checks
-no QOS, not even against AllowQos: `--qos=nosuch` is accepted); tests/unit/test_launch_submit.py covers it
-with SLURM's documented wording."""
+"Invalid account": the testbed's slurmdbd does not enforce associations (no AccountingStorageEnforce), so
+slurmctld checks accounts only against a partition's AllowAccounts; the test creates such a partition (`acct`,
+project_465000123 only) and asks for another account, which slurmctld refuses with the same words as a site
+that enforces associations ("Invalid account or account/partition combination specified").
+"Invalid qos": with the testbed's slurmdbd (STB_ACCOUNTING=1; its QOS list holds "normal" only) slurmctld
+checks a job's QOS against a partition's AllowQos; the test creates such a partition (`qos`, "normal" only)
+and asks for another QOS, which slurmctld refuses with the words a site's controller uses for any QOS the job
+may not have ("Invalid qos specification"). Checked on the testbed: without slurmdbd even AllowQos is not
+checked, and without AccountingStorageEnforce=qos a QOS missing from the database is accepted in a
+partition without AllowQos. Not reproduced: a QOS refused by the user's association (enforcing associations
+would make every job of this suite need one)."""
 
 import re
 
@@ -29,22 +34,22 @@ CASES = {
         ["--job.partition=acct", "--job.account=nosuch"],
         "job.account",
     ),
+    # needs the testbed's accounting (STB_ACCOUNTING=1, the fixture's default): its QOS list has "normal" only
+    "a QOS the partition does not allow": (["--job.partition=qos", "--job.qos=nosuch"], "job.qos"),
 }
 
 
 @pytest.fixture(scope="module", autouse=True)
-def account_partition(slurm_cluster):
-    """The partition `acct` (the debug nodes) that only project_465000123 may use, for this module."""
-    create = [
-        "scontrol",
-        "create",
-        "PartitionName=acct",
-        "Nodes=node[1-2]",
-        "AllowAccounts=project_465000123",
-    ]
-    slurm_cluster.run(create, check=True)
+def restricted_partitions(slurm_cluster):
+    """For this module, on the debug nodes: the partition `acct` that only project_465000123 may use, and
+    the partition `qos` that allows only the QOS "normal"."""
+    partitions = {"acct": "AllowAccounts=project_465000123", "qos": "AllowQos=normal"}
+    for name, allow in partitions.items():
+        create = ["scontrol", "create", f"PartitionName={name}", "Nodes=node[1-2]", allow]
+        slurm_cluster.run(create, check=True)
     yield
-    slurm_cluster.run(["scontrol", "delete", "PartitionName=acct"])
+    for name in partitions:
+        slurm_cluster.run(["scontrol", "delete", f"PartitionName={name}"])
 
 
 def _sbatch_reason(cluster, args: list[str], script, cwd) -> str:

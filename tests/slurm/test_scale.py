@@ -45,7 +45,7 @@ def test_scale_over_nodes(slurm_cluster, tmp_path):
 
 def _one_after_another_never_sharing_nodes(cluster, stdout: str) -> None:
     """docs/observability.md: "each job starts after the previous one ended, so they never share nodes". From
-    SLURM's own job records (`scontrol show job`; the testbed has no sacct): the 1-node job's node is one of
+    SLURM's own job records (`scontrol show job`, which needs no accounting): the 1-node job's node is one of
     the 2-node job's, and the 2-node job started at or after the second the 1-node job ended (SLURM's times
     have a resolution of one second)."""
     ids = [line.split(": job ")[1].split()[0] for line in stdout.splitlines() if line.startswith("scale: ")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections import Counter
 
 import pytest
@@ -96,3 +98,21 @@ def test_batch_job_output_and_states(slurm_cluster, two_nodes, tmp_path):
     assert slurm_cluster.wait(job, timeout=60) == "FAILED"
     assert slurm_cluster.job_info(job)[0]["ExitCode"] == "3:0"
     assert (tmp_path / f"bad-{job}.txt").read_text() == "about to fail\n"
+
+
+def test_sacct_records_a_finished_job(slurm_cluster, tmp_path):
+    """testbed/README.md: with STB_ACCOUNTING=1 (the fixture's default) `sacct` works. slurmdbd stores a
+    job's end asynchronously: polled for up to 60 s."""
+    if os.environ.get("STB_ACCOUNTING", "1") != "1":
+        pytest.skip("the testbed was started without accounting (STB_ACCOUNTING=0)")
+    bad = tmp_path / "exit4.sbatch"
+    bad.write_text("#!/bin/bash\n#SBATCH -o /dev/null\nexit 4\n")
+    job = slurm_cluster.sbatch(bad)
+    assert slurm_cluster.wait(job, timeout=60) == "FAILED"
+    cmd = ["sacct", "-n", "-X", "-P", "-j", job, "-o", "JobID,State,ExitCode"]
+    for _ in range(60):
+        rows = _ok(slurm_cluster.run(cmd, timeout=30)).split()
+        if rows and rows[0].split("|")[1] != "RUNNING":
+            break
+        time.sleep(1)
+    assert rows == [f"{job}|FAILED|4:0"], rows

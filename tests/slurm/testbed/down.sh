@@ -76,6 +76,10 @@ if [ -s "$STATE/run/netns" ]; then
   : > "$STATE/run/netns"
 fi
 
+# 3c. accounting (STB_ACCOUNTING=1): slurmdbd, then its database
+stop "$STATE/run/slurmdbd.pid" slurmdbd
+stop "$STATE/run/mariadbd.pid" mariadbd
+
 # 4. munged, if up.sh started it (one that was already running is left alone)
 stop "$STATE/run/munged.pid" munged
 

@@ -4,7 +4,8 @@
 # One slurmctld plus STB_NODES slurmd daemons, each started in its own UTS namespace
 # (so `hostname` in a job says node1, node2, ...), node I listening on 127.0.1.I and its
 # own port, fake gres GPUs (character devices cloned from /dev/null) so SLURM exports
-# CUDA_VISIBLE_DEVICES & co. per task exactly as on a real GPU cluster. No accounting.
+# CUDA_VISIBLE_DEVICES & co. per task exactly as on a real GPU cluster. Optional accounting (slurmdbd
+# on a private MariaDB), so sacct works and slurmctld checks QOS names as a site does.
 #
 # Settings (environment, all optional):
 #   STB_STATE      state dir, wiped on start   (default: /tmp/exatrain-slurm-testbed)
@@ -18,6 +19,8 @@
 #                  (the pytest fixture sets it: it holds a lock, so any other one is stale)
 #   STB_TWINS=0    the site-shaped nodes without networks of their own (no site twins)
 #   STB_SRUN_PORT0=17501  srun's ports where site twins run (SrunPortRange, 1000 ports)
+#   STB_ACCOUNTING=1  also start a private MariaDB (STB_DB_PORT=16306, data in the state dir) and slurmdbd
+#                  (STB_DBD_PORT=16819); without it slurmctld has no accounting (the default, 0)
 # Exit status: 0 ready, 2 this machine cannot host the testbed (not root, no UTS
 # namespaces, packages cannot be installed, no mknod), 1 anything else.
 # Afterwards: export SLURM_CONF=$STB_STATE/etc/slurm.conf; sinfo/srun/sbatch. Stop: down.sh
@@ -33,6 +36,9 @@ CTLD_PORT=${STB_CTLD_PORT:-16817}
 NODE_PORT0=${STB_NODE_PORT0:-17101}
 SRUN_PORT0=${STB_SRUN_PORT0:-17501}
 SITES=${STB_SITES:-0}
+ACCT=${STB_ACCOUNTING:-0}
+DBD_PORT=${STB_DBD_PORT:-16819}
+DB_PORT=${STB_DB_PORT:-16306}
 REGISTRY=/run/exatrain-slurm-testbed.state   # state dir of the testbed started last
 
 T0=$(date +%s%N)
@@ -116,7 +122,7 @@ alive_in() { # alive_in <state dir>: prints "comm(pid)" of daemons still running
     [ -s "$f" ] || continue
     pid=$(cat "$f"); comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
     grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null && continue   # zombie
-    case "$comm" in slurmctld | slurmd | munged) printf '%s(%s) ' "$comm" "$pid" ;; esac
+    case "$comm" in slurmctld | slurmd | munged | slurmdbd | mariadbd) printf '%s(%s) ' "$comm" "$pid" ;; esac
   done
 }
 others=""; [ -s "$REGISTRY" ] && others=$(cat "$REGISTRY")
@@ -137,6 +143,7 @@ done
 # ---- 2. packages (fast no-op when present) ---------------------------------------------
 PKGS="munge slurmctld slurmd slurm-client"
 ((TWINS)) && PKGS="$PKGS iproute2 nftables"   # the site twins' namespaces, veth pairs, bridges and filter
+[ "$ACCT" = 1 ] && PKGS="$PKGS slurmdbd mariadb-server"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
@@ -151,7 +158,7 @@ if [ -n "$missing" ]; then
 fi
 say "packages ready (slurm $(dpkg-query -W -f='${Version}' slurmctld))"
 
-for p in "$CTLD_PORT" $(seq "$NODE_PORT0" $((NODE_PORT0 + ALL_NODES - 1))); do
+for p in "$CTLD_PORT" $(seq "$NODE_PORT0" $((NODE_PORT0 + ALL_NODES - 1))) $([ "$ACCT" = 1 ] && echo "$DBD_PORT $DB_PORT"); do
   if listening "$p"; then
     who=$(command -v ss >/dev/null && ss -Hltnp "sport = :$p" | head -n 1)
     die "TCP port $p is already in use${who:+: $who}. Pick others with STB_CTLD_PORT / STB_NODE_PORT0"
@@ -190,6 +197,12 @@ conf=${conf//@STATE@/$STATE}; conf=${conf//@CTLD_PORT@/$CTLD_PORT}; conf=${conf/
 conf=${conf//@NODE_LINES@/$NODE_LINES}; conf=${conf//@GRES_TYPES@/$GRES_TYPES}; conf=${conf//@CTLD_ADDR@/$CTLD_ADDR}
 SRUN_PORTS=""; ((TWINS)) && SRUN_PORTS="SrunPortRange=$SRUN_PORT0-$((SRUN_PORT0 + 999))"
 conf=${conf//@SRUN_PORTS@/$SRUN_PORTS}
+ACCOUNTING="AccountingStorageType=accounting_storage/none"
+if [ "$ACCT" = 1 ]; then
+  ACCOUNTING="AccountingStorageType=accounting_storage/slurmdbd"$'\n'"AccountingStorageHost=localhost"
+  ACCOUNTING+=$'\n'"AccountingStoragePort=$DBD_PORT"
+fi
+conf=${conf//@ACCOUNTING@/$ACCOUNTING}
 conf=${conf//@SITE_LINES@/${SITE_LINES//@STATE@/$STATE}}
 printf '%s\n' "$conf" > "$STATE/etc/slurm.conf"
 if ((GPUS > 0 || SITE_GPUS > 0)); then   # gres.conf is looked up next to slurm.conf
@@ -232,6 +245,44 @@ else
   wait_for 10 munged sh -c 'munge -n | unmunge >/dev/null 2>&1'
   cp /run/munge/munged.pid "$STATE/run/munged.pid"   # ours: down.sh stops it
   say "munged started (pid $(cat /run/munge/munged.pid))"
+fi
+
+# ---- 4a. accounting: a private MariaDB (data in the state dir) and slurmdbd --------------
+# slurmdbd refuses a config file that is not the SlurmUser's, mode 600. Without AccountingStorageEnforce,
+# jobs of users the database does not know still run; slurmctld registers the cluster itself and checks
+# a job's QOS name against the database's QOS list (only "normal" here), as sites' controllers do.
+if [ "$ACCT" = 1 ]; then
+  mkdir -p "$STATE/db" && chown mysql:mysql "$STATE/db"
+  mariadb-install-db --no-defaults --user=mysql --datadir="$STATE/db" \
+    --auth-root-authentication-method=socket --skip-test-db > "$STATE/log/mariadb-install.log" 2>&1 ||
+    die "mariadb-install-db failed (log: $STATE/log/mariadb-install.log)"
+  setsid mariadbd --no-defaults --user=mysql --datadir="$STATE/db" --socket="$STATE/db/mysqld.sock" \
+    --port="$DB_PORT" --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$STATE/db/mariadbd.pid" \
+    --log-error="$STATE/db/mariadb.log" --innodb-buffer-pool-size=32M < /dev/null > /dev/null 2>&1 &
+  wait_for 60 mariadbd test -s "$STATE/db/mariadbd.pid"
+  cp "$STATE/db/mariadbd.pid" "$STATE/run/mariadbd.pid"   # mysql cannot write to run/; down.sh reads it here
+  wait_for 60 mariadbd test -S "$STATE/db/mysqld.sock"
+  mariadb --no-defaults --socket="$STATE/db/mysqld.sock" -uroot -e \
+    "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'testbed'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  cat > "$STATE/etc/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=slurm
+LogFile=$STATE/log/slurmdbd.log
+PidFile=$STATE/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=testbed
+StorageLoc=slurm_acct_db
+DBD
+  chown slurm:slurm "$STATE/etc/slurmdbd.conf" && chmod 600 "$STATE/etc/slurmdbd.conf"
+  slurmdbd < /dev/null > /dev/null 2>&1
+  wait_for 60 "slurmdbd on port $DBD_PORT" listening "$DBD_PORT"
+  say "accounting: mariadbd and slurmdbd started"
 fi
 
 # ---- 4b. site twins: one network namespace per twin node --------------------------------
