@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import run_scan
+from tests.run_scan import pytest_sessionfinish, pytest_testnodedown  # noqa: F401 (hooks: the whole-run scan)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,8 +31,9 @@ def clean_environment(env=None) -> dict:
 
 def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
     """Run `python -m exatrain.cli.main ARGS` with a clean environment (no inherited launcher variables),
-    optionally under a wrapper command such as `taskset -c 1`."""
-    return subprocess.run(
+    optionally under a wrapper command such as `taskset -c 1`. `exatrain run`'s output goes to the whole
+    run's scan (tests/run_scan.py)."""
+    done = subprocess.run(
         [*wrap, sys.executable, "-m", "exatrain.cli.main", *args],
         cwd=cwd,
         env=clean_environment(env),
@@ -37,6 +41,8 @@ def run_exatrain(args, cwd, timeout=600, env=None, wrap=()):
         text=True,
         timeout=timeout,
     )
+    run_scan.record(list(args), done.stdout, done.stderr)
+    return done
 
 
 @contextlib.contextmanager
@@ -55,7 +61,7 @@ def started_exatrain(args, cwd, env=None):
             text=True,
             start_new_session=True,
         )
-    proc.out_path, proc.err_path = out, err
+    proc.out_path, proc.err_path, proc.exatrain_args = out, err, list(args)
     try:
         yield proc
     finally:
@@ -71,9 +77,12 @@ def started_exatrain(args, cwd, env=None):
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
-    """Wait for a run started by `started_exatrain`; its exit code, stdout and stderr."""
+    """Wait for a run started by `started_exatrain`; its exit code, stdout and stderr (`exatrain run`'s also
+    to the whole run's scan, tests/run_scan.py)."""
     proc.wait(timeout=timeout)
-    return proc.returncode, proc.out_path.read_text(), proc.err_path.read_text()
+    out, err = proc.out_path.read_text(), proc.err_path.read_text()
+    run_scan.record(getattr(proc, "exatrain_args", []), out, err)
+    return proc.returncode, out, err
 
 
 def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
