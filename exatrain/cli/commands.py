@@ -120,8 +120,10 @@ def cmd_run(args, extra: list[str]) -> int:
 
 
 def _hang_variables(args) -> dict[str, str]:
-    """The workers' variables for --hang-timeout (validated here, before anything starts)."""
-    if args.hang_timeout is None:
+    """The workers' variables for --hang-timeout (validated here, before anything starts). Without it the
+    ranks still record their pids and dump their stacks on SIGUSR1 and at a collective timeout (no watcher);
+    `--hang-timeout 0` turns that off too."""
+    if args.hang_timeout == 0:
         return {}
     import time
 
@@ -131,7 +133,7 @@ def _hang_variables(args) -> dict[str, str]:
     end = job_end_time()
     left = None if end is None else end - time.time()
     timeout = args.hang_timeout
-    if timeout != "auto":
+    if timeout not in ("auto", None):
         timeout = check_hang_timeout(timeout, "--hang-timeout", left, "the time left of this SLURM job")
     return hang_variables(timeout, str(Path(args.run_dir).resolve()))
 
@@ -477,7 +479,7 @@ def cmd_dump(args, extra: list[str], runner=None) -> int:
     if not text:
         raise ExatrainError(
             f"{args.run_dir}: no ranks recorded in its hang/ folder",
-            "start the job with `exatrain run --hang-timeout auto --run-dir DIR ...` (or seconds), then "
+            "start the job with `exatrain run --run-dir DIR ...` (not --hang-timeout 0), then "
             "`exatrain dump DIR` on a node it runs on",
         )
     print(text)

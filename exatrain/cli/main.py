@@ -205,12 +205,13 @@ def _add_run_command(sub) -> argparse.ArgumentParser:
             help="declare a rank hung after this long without progress (exatrain.DataLoader batches, "
             "Checkpointer calls, exatrain.step()): dump every rank's stacks and a diagnosis to "
             "RUN_DIR/hang/ and stop with exit code 76; auto: max(10 x the median step, 300 s, the "
-            "first step) (docs/hangs.md)",
+            "first step). Absent: no watcher, but the stacks are still dumped at a collective timeout "
+            "and by `exatrain dump`; 0: not that either (docs/hangs.md)",
         ),
         r.add_argument(
             "--run-dir",
             default="runs/default",
-            help="where --hang-timeout writes hang/ (default runs/default)",
+            help="where the ranks' pids and stacks go, in hang/ (default runs/default)",
         ),
     ]
     r.add_argument(
@@ -376,8 +377,8 @@ def _add_job_commands(sub) -> None:
     du = sub.add_parser(
         "dump",
         allow_abbrev=False,
-        help="every rank's Python stacks of a running `exatrain run --hang-timeout` job (its run "
-        "directory on this host, or a SLURM job id), and which rank the others wait for (docs/hangs.md)",
+        help="every rank's Python stacks of a running `exatrain run` job (its run directory on this "
+        "host, or a SLURM job id), and which rank the others wait for (docs/hangs.md)",
     )
     du.add_argument(
         "run_dir",

@@ -16,15 +16,24 @@ from exatrain.env._read import read_restart_count
 
 HANG_TIMEOUT_VAR = "EXATRAIN_HANG_TIMEOUT_S"
 RUN_DIR_VAR = "EXATRAIN_RUN_DIR"
+#: HANG_TIMEOUT_VAR's value for stack dumps without a watcher (`exatrain run` without --hang-timeout)
+STACKS_ONLY = "stacks"
 #: epoch seconds at which SLURM ends the job (sbatch and srun set it since SLURM 21.08)
 JOB_END_VAR = "SLURM_JOB_END_TIME"
 
 
 @dataclass(frozen=True)
 class HangRequest:
-    """A watcher asked for from outside the script: timeout, where to write, and this rank's place."""
+    """A watcher asked for from outside the script: timeout, where to write, and this rank's place. Without a
+    timeout (`exatrain run`'s default) only the stack dumps are asked for: SIGUSR1 and the collective
+    timeout's diagnosis, no watcher."""
 
-    timeout_s: float | str  # seconds, or "auto" (derived from the first steps' times)
+    @property
+    def watch(self) -> bool:
+        """Whether a hang watcher is asked for (else only the stack dumps)."""
+        return self.timeout_s is not None
+
+    timeout_s: float | str | None  # seconds, "auto" (derived from the first steps' times), None: no watcher
     run_dir: str
     rank: int
     world_size: int
@@ -39,7 +48,7 @@ def hang_request(environ: Mapping[str, str] | None = None) -> HangRequest | None
     if not raw:
         return None
     return HangRequest(
-        timeout_s=raw if raw == "auto" else float(raw),
+        timeout_s=None if raw == STACKS_ONLY else raw if raw == "auto" else float(raw),
         run_dir=environ.get(RUN_DIR_VAR, "") or "runs/default",
         rank=int(environ.get("RANK", "0") or 0),
         world_size=int(environ.get("WORLD_SIZE", "1") or 1),
@@ -48,8 +57,11 @@ def hang_request(environ: Mapping[str, str] | None = None) -> HangRequest | None
     )
 
 
-def hang_variables(timeout_s: float | str, run_dir: str) -> dict[str, str]:
-    """The variables that carry a hang-watch request to the workers (see hang_request)."""
+def hang_variables(timeout_s: float | str | None, run_dir: str) -> dict[str, str]:
+    """The variables that carry a hang-watch request to the workers (see hang_request); None: stack dumps
+    only."""
+    if timeout_s is None:
+        return {HANG_TIMEOUT_VAR: STACKS_ONLY, RUN_DIR_VAR: run_dir}
     value = timeout_s if isinstance(timeout_s, str) else f"{timeout_s:g}"
     return {HANG_TIMEOUT_VAR: value, RUN_DIR_VAR: run_dir}
 

@@ -212,7 +212,7 @@ def main() -> None:
     if masks:
         bind(masks, per_gpu)
     refuse_spawning_in_shared_store(target)
-    hang = stack_dump.install()  # under `exatrain run --hang-timeout`: stacks on SIGUSR1 (docs/hangs.md)
+    hang = stack_dump.install()  # under `exatrain run`: stacks on SIGUSR1 (docs/hangs.md)
     try:
         run(target)
         code = 0

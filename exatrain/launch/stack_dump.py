@@ -1,9 +1,9 @@
 """Every rank's stacks for scripts that use none of exatrain's API (docs/hangs.md, issue 25).
 
-Under `exatrain run --hang-timeout ...` the script runner calls `install()` before the script starts: it
-registers `faulthandler` for SIGUSR1 (all threads, appended to RUN_DIR/hang/attempt-K/stacks-rank-N.txt;
-the handler is C code, so it dumps a rank blocked inside gloo or sleeping, at once) and records the rank's
-pid and host in pid-rank-N.json. Then:
+Under `exatrain run` (unless `--hang-timeout 0`) the script runner calls `install()` before the script
+starts: it registers `faulthandler` for SIGUSR1 (all threads, appended to
+RUN_DIR/hang/attempt-K/stacks-rank-N.txt; the handler is C code, so it dumps a rank blocked inside gloo or
+sleeping, at once) and records the rank's pid and host in pid-rank-N.json. Then:
 
 - `exatrain dump RUN_DIR` (`dump_run`) signals every rank of the run on this host (`py-spy dump
   --nonblocking` for a stopped one, which cannot run a handler) and prints one diagnosis; `exatrain dump
@@ -48,14 +48,22 @@ def attempt_dir(req: HangRequest) -> Path:
 
 
 def install() -> HangRequest | None:
-    """Before the script: the SIGUSR1 stack dump and the pid record, when `exatrain run --hang-timeout` asked
-    for hang watching (None otherwise: nothing is written)."""
+    """Before the script: the SIGUSR1 stack dump and the pid record, when `exatrain run` asked for them (None
+    otherwise, or when the run directory cannot be written without a hang timeout asked for: nothing is
+    written then, and rank 0 says so once)."""
     req = hang_request()
     if req is None:
         return None
     d = attempt_dir(req)
-    d.mkdir(parents=True, exist_ok=True)
-    stacks = open(d / f"stacks-rank-{req.rank}.txt", "a")  # append: `exatrain dump` empties it first
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        stacks = open(d / f"stacks-rank-{req.rank}.txt", "a")  # append: `exatrain dump` empties it first
+    except OSError as e:
+        if req.watch:  # asked for by --hang-timeout: the user must know now
+            raise
+        if req.rank == 0:
+            print(f"exatrain: note: no stack dumps for this run ({d}: {e.strerror})", file=sys.stderr)
+        return None
     stacks.truncate(0)
     _open_files.append(stacks)
     faulthandler.register(DUMP_SIGNAL, file=stacks, all_threads=True)

@@ -405,7 +405,7 @@ def arm_from_environment() -> None:
     from exatrain.env.watch import hang_request, job_end_time
 
     req = hang_request()
-    if req is not None and _active is None:
+    if req is not None and req.watch and _active is None:
         start_watcher(
             req.run_dir,
             req.rank,

@@ -117,7 +117,8 @@ def _arm_when_asked() -> None:
     mark."""
     from exatrain.env.watch import hang_request
 
-    if hang_request() is not None:
+    req = hang_request()
+    if req is not None and req.watch:
         on_first_mark(_arm)
 
 

@@ -56,7 +56,7 @@ def job_run_dir(runner: Runner, job_id: str) -> str:
             f"job {job_id}: no run directory in its batch script "
             f"({(r.stderr.strip() or 'no RUN_DIR= line')})",
             "for a job `exatrain submit` did not write, run `exatrain dump RUN_DIR` on a node of the job "
-            "(RUN_DIR: the --run-dir of its `exatrain run --hang-timeout`)",
+            "(RUN_DIR: the --run-dir of its `exatrain run`)",
         )
     run_dir = shlex.split(found[0])[0]
     if len(found) > 1:  # RUN_DIR="$RUN_DIR"/array-"$SLURM_ARRAY_TASK_ID" of a job array

@@ -33,7 +33,8 @@ def dump_job(runner: Runner, job_id: str) -> tuple[str, bool]:
     if not text:
         raise ExatrainError(
             f"job {job_id}: no ranks recorded in {run_dir}/hang/",
-            "the job's ranks record their pids only under `exatrain run --hang-timeout S|auto` (job.command "
-            '= ["exatrain", "run", "--hang-timeout", "auto", "--run-dir", RUN_DIR, "--", "train.py"])',
+            "the job's ranks record their pids only under `exatrain run` (not with --hang-timeout 0), with "
+            'RUN_DIR its --run-dir (job.command = ["exatrain", "run", "--run-dir", RUN_DIR, "--", '
+            '"train.py"])',
         )
     return text, complete
