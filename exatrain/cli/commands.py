@@ -388,11 +388,14 @@ def cmd_cancel(args, extra: list[str], runner=None) -> int:
     return 0
 
 
-def cmd_doctor(args, extra: list[str]) -> int:
+def cmd_doctor(args, overrides: list[str]) -> int:
     """Run the doctor here if a launcher started us; otherwise on --nproc local workers."""
     from exatrain.env import detect_environment
     from exatrain.launch import check_nproc, launch_local
+    from exatrain.tools.doctor.settings import hang_settings
 
+    # the job's hang settings (flags, else its config, else the defaults): bad input fails here, at once
+    args.hang = hang_settings(args.config, overrides, args.collective_timeout, args.hang_timeout)
     env = detect_environment(None)
     nproc = check_nproc(args.nproc or 1)
     if env.kind != "local" or nproc == 1:
@@ -408,8 +411,14 @@ def cmd_doctor(args, extra: list[str]) -> int:
             f"--timeout={args.timeout}",
             f"--site={args.site}",
             f"--cache-dir={args.cache_dir}",
-            f"--hang-timeout={args.hang_timeout}",
-            f"--collective-timeout={args.collective_timeout}",
+            *([f"--config={args.config}"] if args.config else []),
+            *overrides,
+            *([f"--hang-timeout={args.hang_timeout}"] if args.hang_timeout is not None else []),
+            *(
+                [f"--collective-timeout={args.collective_timeout}"]
+                if args.collective_timeout is not None
+                else []
+            ),
             f"--nccl-log={args.nccl_log}",
             f"--nccl-log-dir={args.nccl_log_dir}",
             f"--verdict-dir={verdicts}",

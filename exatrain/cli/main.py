@@ -317,19 +317,26 @@ def _add_job_commands(sub) -> None:
     )
     do.add_argument("--cache-dir", default="", help="a node-local cache directory that must be writable")
     do.add_argument(
+        "-c",
+        "--config",
+        help="the job's TOML configuration file: its [dist] timeout_s and [run] hang_timeout_s are "
+        "reported and checked (any --section.key=value overrides it; the two flags below win)",
+    )
+    do.add_argument(
         "--hang-timeout",
         type=_hang_timeout,
-        default="auto",
+        default=None,
         metavar="SECONDS|auto",
-        help="the job's hang timeout, to report and check against its time limit (0: none; default auto, "
-        "the trainer's default)",
+        help="the job's hang timeout, to report and check against its time limit (0: none; default: "
+        "[run] hang_timeout_s of the config, else auto, the trainer's default)",
     )
     do.add_argument(
         "--collective-timeout",
         type=float,
-        default=300.0,
+        default=None,
         metavar="SECONDS",
-        help="the job's [dist] timeout_s (gloo/NCCL raise after it), to report and check (default 300)",
+        help="the job's collective timeout (gloo/NCCL raise after it), to report and check (default: "
+        "[dist] timeout_s of the config, else 300)",
     )
     do.add_argument(
         "--nccl-log",
@@ -511,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         extra = _override_taken_for_a_file(args, extra)
         _resolve_config(args)
-        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale"):
+        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale", "doctor"):
             extra = _overrides(extra)
         elif extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")

@@ -33,6 +33,10 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
         "steps (max(10 x the median step, 300 s, the first step)); torch's flight recorder answers on 2 of "
         "2 rank(s); py-spy /"
     ) in r.stdout
+    assert (
+        "hang settings from: collective timeout: default ([dist] timeout_s = 300); hang watcher: default "
+        "([run] hang_timeout_s = -1)\n"
+    ) in r.stdout
     assert "WARNING: this job ends" not in r.stdout
     # the [hardware] lines to paste: a TOML table the site profile parses, the sweep's 64 KiB busbw as the
     # intra-node bandwidth (one node), a measured matmul rate
@@ -80,6 +84,59 @@ def test_doctor_fails_on_an_unwritable_cache(exatrain_cli):
     r = exatrain_cli("doctor", "--nproc=1", "--nccl-log=missing.log")
     assert r.returncode == 2 and "exatrain: error: --nccl-log missing.log: no such file" in r.stderr, r.stderr
     assert "HINT: " in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_hang_settings_of_a_config_file_with_their_sources(exatrain_cli, tmp_path):
+    """`exatrain doctor -c FILE` reports the job's own [run] hang_timeout_s and [dist] timeout_s, says where
+    each came from, lets a flag win over the file, and warns from the file's values in a job ending soon."""
+    (tmp_path / "job.toml").write_text("[run]\nhang_timeout_s = 40\n\n[dist]\ntimeout_s = 90\n")
+    r = exatrain_cli("doctor", "--nproc=1", "-c", "job.toml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hang settings: collective timeout 90 s ([dist] timeout_s); hang watcher 40 s;" in r.stdout
+    assert (
+        "hang settings from: collective timeout: config file job.toml ([dist] timeout_s = 90); "
+        "hang watcher: config file job.toml ([run] hang_timeout_s = 40)\n"
+    ) in r.stdout
+    assert "WARNING: this job ends" not in r.stdout  # no SLURM job: no time limit
+    # a flag wins over the file (and says what it overrode), an override over the file
+    r = exatrain_cli("doctor", "--nproc=1", "-c", "job.toml", "--hang-timeout=20", "--dist.timeout_s=600")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hang settings: collective timeout 600 s ([dist] timeout_s); hang watcher 20 s;" in r.stdout
+    assert (
+        "hang settings from: collective timeout: override --dist.timeout_s=600; hang watcher: flag "
+        "--hang-timeout 20, over config file job.toml ([run] hang_timeout_s = 40)\n"
+    ) in r.stdout
+    # a job ending in 60 s is warned about from the file's 40 s (not the default 300 s)
+    end = {"SLURM_JOB_END_TIME": str(int(time.time()) + 60)}
+    r = exatrain_cli("doctor", "--nproc=1", "-c", "job.toml", env=end)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"WARNING: this job ends in \d+ s, .* \(after 40 s \+ up to 30 s\)\nHINT: ", r.stdout)
+
+
+@pytest.mark.parametrize(
+    "toml, error",
+    [
+        (None, "config file 'job.toml' does not exist"),
+        ("[run\n", "config file 'job.toml' is not valid TOML"),
+        ('[dist]\ntimeout_s = "soon"\n', "config file 'job.toml': config key dist.timeout_s must be float"),
+        (
+            "[run]\nhang_timeout_s = 1\n",
+            "config file job.toml ([run] hang_timeout_s = 1): a hang timeout must",
+        ),
+        (
+            "[run]\nhang_timeout_s = -5\n",
+            "config file job.toml ([run] hang_timeout_s = -5): negative, but not -1",
+        ),
+        ("[dist]\ntimeout_s = 0\n", "config file job.toml ([dist] timeout_s = 0): a collective timeout must"),
+    ],
+)
+def test_a_bad_config_file_is_an_error_naming_it(exatrain_cli, tmp_path, toml, error):
+    if toml is not None:
+        (tmp_path / "job.toml").write_text(toml)
+    r = exatrain_cli("doctor", "--nproc=2", "-c", "job.toml")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"exatrain: error: {error}" in r.stderr and "\nHINT: " in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "exatrain doctor:" not in r.stdout  # before any rank started
 
 
 def test_failed_check_under_nproc_prints_the_doctor_and_no_launcher_traceback(exatrain_cli):

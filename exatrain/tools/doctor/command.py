@@ -25,6 +25,7 @@ from exatrain.errors import ConfigError, ExatrainError
 from exatrain.observe.hang import flight_recorder_works, pyspy_path
 from exatrain.observe.heartbeat import AUTO_FLOOR_S
 from exatrain.tools.doctor import probes as doctor
+from exatrain.tools.doctor.settings import HangSettings
 
 #: how long the hang watcher may take from detection to the dump and diagnosis (issue 25's bound)
 HANG_DUMP_S = 30.0
@@ -99,8 +100,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         problems = doctor.failures(reports, ctx.backend or "none", network)
         if ctx.rank == 0:
             console = Console(width=max(120, Console().width))
-            hang = (args.hang_timeout, args.collective_timeout)
-            _print(console, reports, sweep, network, ctx.backend, problems, *hang)
+            _print(console, reports, sweep, network, ctx.backend, problems, args.hang)
             _print_hardware(reports, sweep, args.site)
         return 1 if problems else 0
     finally:
@@ -129,7 +129,7 @@ def _nccl_report(nccl_log: Path | None) -> dict:
     return {**doctor.nccl_setup(text), "log": str(nccl_log) if nccl_log else None}
 
 
-def _print(console: Console, reports, sweep, network, backend, problems, hang_timeout, collective_s) -> None:
+def _print(console: Console, reports, sweep, network, backend, problems, hang) -> None:
     ranks = Table(
         title=f"exatrain doctor: {len(reports)} rank(s) on {len({r['host'] for r in reports})} node(s), "
         f"backend {backend or 'none'}"
@@ -179,15 +179,15 @@ def _print(console: Console, reports, sweep, network, backend, problems, hang_ti
         console.print(bw)
     for problem, hint in problems:
         console.print(f"FAIL: {problem}\nHINT: {hint}", markup=False, highlight=False)
-    console.print(
-        _hang_line(reports, hang_timeout, collective_s), markup=False, highlight=False, soft_wrap=True
-    )
+    console.print(_hang_line(reports, hang), markup=False, highlight=False, soft_wrap=True)
     console.print("doctor: all checks passed" if not problems else f"doctor: {len(problems)} check(s) failed")
 
 
-def _hang_line(reports, hang_timeout: float | str, collective_s: float) -> str:
+def _hang_line(reports, hang: HangSettings) -> str:
     """The hang settings the job will run with (docs/hangs.md): the collective timeout, the hang watcher's
-    timeout, what the dump can use; a WARNING when the job's time left ends before either could fire."""
+    timeout, what the dump can use, where each timeout came from (flag, config, default); a WARNING when
+    the job's time left ends before either could fire."""
+    hang_timeout, collective_s = hang.watcher.value, hang.collective.value
     fr = sum(1 for r in reports if r.get("flight_recorder"))
     spy = pyspy_path()
     if hang_timeout == "auto":
@@ -202,7 +202,8 @@ def _hang_line(reports, hang_timeout: float | str, collective_s: float) -> str:
     line = (
         f"hang settings: collective timeout {collective_s:g} s ([dist] timeout_s); hang watcher {watcher}; "
         f"torch's flight recorder answers on {fr} of {len(reports)} rank(s); py-spy "
-        f"{spy or 'not installed (a stopped rank would be named without its stack line)'}"
+        f"{spy or 'not installed (a stopped rank would be named without its stack line)'}\n"
+        f"{hang.sources_line()}"
     )
     end, bound = job_end_time(), min(collective_s, earliest)
     if end is not None and end - time.time() < bound + HANG_DUMP_S:
@@ -211,7 +212,7 @@ def _hang_line(reports, hang_timeout: float | str, collective_s: float) -> str:
             f"\nWARNING: this job ends in {left:.0f} s, before a hang could be detected and dumped (after "
             f"{bound:g} s + up to {HANG_DUMP_S:g} s)\nHINT: set a hang timeout well below the time left: "
             f"`exatrain run --hang-timeout {max(2, int(left / 10))}` or --run.hang_timeout_s="
-            f"{max(2, int(left / 10))} (doctor: --hang-timeout to check it)"
+            f"{max(2, int(left / 10))} (doctor: --hang-timeout or -c FILE to check it)"
         )
     return line
 
