@@ -7,8 +7,10 @@ closed-form shards and collectives of the layout (analytic.py, equal to the meas
 tests/unit/test_plan_search.py) and `estimate.step_time`, the same path `--search` ranks layouts with and
 within 0.1 % of `--time` for layouts without pipeline parallelism. The test checks that the page prints
 these predictions (rounded as printed) and fails when the median or worst absolute error grows beyond the
-figures the page documents. It does not reproduce the runs' software (Megatron-LM's fused kernels,
-llm-foundry's FSDP and flash attention); that gap is what the error measures.
+figures the page documents. Pipeline runs (Megatron-DeepSpeed: BLOOM, LUMI) go through the same path with
+the pipeline bubble of the layout's microbatches. It does not reproduce the runs' software (Megatron-LM's
+fused kernels, llm-foundry's FSDP and flash attention, DeepSpeed's pipeline engine, ROCm's kernels); that
+gap is what the error measures.
 """
 
 from __future__ import annotations
