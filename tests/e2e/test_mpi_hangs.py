@@ -1,0 +1,93 @@
+"""The hang watcher and the collective-timeout diagnosis (docs/hangs.md) under real Open MPI: `mpirun -n 4`
+(oversubscribed, one node; invoked as tests/e2e/test_mpi.py does) starting `exatrain run` in every rank.
+
+- hang_loop.py (test_hangs.py's user loop) with `--hang-timeout 10`, rank 2 sleeping at step 7: the same
+  diagnosis as under `exatrain run --nproc 4` (test_hangs.check_rank_2_named), printed once, and mpirun
+  ends with the ranks' exit code 76 and names it;
+- plain_hang.py (test_stack_dump.py's unmodified script) with an 8 s collective timeout, rank 1 sleeping
+  at step 3: exit code 76, one diagnosis naming rank 1 and its line, ranks 0,2,3 in all_reduce, and no
+  traceback on the terminal.
+
+Open MPI stops the remaining ranks (SIGTERM, then SIGKILL) about a second after the first one exits
+non-zero, so the rank that writes the diagnosis must print it before the others may leave: both paths
+print first and then write the attempt's diagnosis.txt, which the other ranks wait for. The two runs start
+together so that their waits overlap.
+"""
+
+import socket
+import subprocess
+
+import pytest
+
+from exatrain.errors import EXIT_HANG
+from tests.distributed.test_hangs import SCRIPT as HANG_LOOP
+from tests.distributed.test_hangs import check_rank_2_named
+from tests.distributed.test_stack_dump import SCRIPT as PLAIN_HANG
+from tests.distributed.test_stack_dump import _line, check_names_rank_1
+from tests.e2e.test_mpi import mpirun_command
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+#: what Open MPI 4.1's mpirun prints when a rank's non-zero exit ended the job
+MPIRUN_SAYS = "mpirun detected that one or more processes exited with non-zero status"
+#: the hang timeout: half of test_hangs.py's, so that the test stays within a minute on 2 cores
+TIMEOUT_S = 10
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> (exit code of mpirun, stdout, stderr, run dir) of the two runs."""
+    tmp = tmp_path_factory.mktemp("mpi-hangs")
+    watched, plain = tmp / "watched", tmp / "plain"
+    args = {
+        "watched": ["run", f"--hang-timeout={TIMEOUT_S}", f"--run-dir={watched}", str(HANG_LOOP), "sleep"],
+        "plain": ["run", "--hang-timeout=auto", f"--run-dir={plain}", str(PLAIN_HANG), "8", str(tmp / "m")],
+    }
+    procs = {}
+    for name, words in args.items():
+        cmd, env = mpirun_command(tmp, words, "127.0.0.1", nodes=False)
+        procs[name] = subprocess.Popen(
+            cmd, cwd=tmp, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    results = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=240)
+            results[name] = (proc.returncode, out, err, tmp / name)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+    return results
+
+
+def _mpirun_named_exit_76(err: str) -> None:
+    assert MPIRUN_SAYS in err and f"Exit code:    {EXIT_HANG}\n" in err, err[-3000:]
+
+
+def test_a_rank_sleeping_under_mpirun_is_named_with_its_line(runs):
+    code, out, err, run_dir = runs["watched"]
+    check_rank_2_named(
+        code, out, err, run_dir, "sleep", TIMEOUT_S
+    )  # mpirun's exit code: the first failed rank's
+    _mpirun_named_exit_76(err)
+    diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text().strip()
+    assert err.count(diagnosis) == 1, err[-4000:]  # the leader's, whole, once
+    assert f"rank 2 ({socket.gethostname()}, pid " in diagnosis  # each rank's place from OMPI_COMM_WORLD_*
+
+
+def test_an_unmodified_scripts_collective_timeout_under_mpirun_gives_one_diagnosis(runs):
+    code, out, err, run_dir = runs["plain"]
+    assert code == EXIT_HANG, out[-2000:] + err[-4000:]
+    _mpirun_named_exit_76(err)
+    diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text().strip()
+    assert diagnosis.startswith("exatrain: HANG (a collective timed out in rank ")
+    check_names_rank_1(diagnosis, others="0,2,3")
+    assert err.count(diagnosis) == 1 and "Traceback" not in err, err[-4000:]
+    attempt = run_dir / "hang" / "attempt-0"
+    for rank in (0, 2, 3):  # the ranks that timed out keep their traceback on disk
+        stacks = (attempt / f"timeout-rank-{rank}.txt").read_text()
+        assert "Collective timeout in rank" in stacks and "distributed_c10d.py" in stacks, stacks
+    # the sleeping rank's stacks: the leader's SIGUSR1 made its faulthandler write them
+    assert (
+        f'plain_hang.py", line {_line("STALL-LINE")} in main' in (attempt / "stacks-rank-1.txt").read_text()
+    )
