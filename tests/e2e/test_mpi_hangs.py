@@ -4,6 +4,9 @@
 - hang_loop.py (test_hangs.py's user loop) with `--hang-timeout 10`, rank 2 sleeping at step 7: the same
   diagnosis as under `exatrain run --nproc 4` (test_hangs.check_rank_2_named), printed once, and mpirun
   ends with the ranks' exit code 76 and names it;
+- the same over two "nodes" (`--map-by node`, test_mpi.py's stand-in for ssh: each node's daemon in its own
+  UTS namespace, on this machine): rank 2, on the first node, is named with that node's host name, which
+  the diagnosis and RUN_DIR/hang/exclude give as the suspect node;
 - plain_hang.py (test_stack_dump.py's unmodified script) with an 8 s collective timeout, rank 1 sleeping
   at step 3: exit code 76, one diagnosis naming rank 1 and its line, ranks 0,2,3 in all_reduce, and no
   traceback on the terminal.
@@ -24,7 +27,7 @@ from tests.distributed.test_hangs import SCRIPT as HANG_LOOP
 from tests.distributed.test_hangs import check_rank_2_named
 from tests.distributed.test_stack_dump import SCRIPT as PLAIN_HANG
 from tests.distributed.test_stack_dump import _line, check_names_rank_1
-from tests.e2e.test_mpi import mpirun_command
+from tests.e2e.test_mpi import _outside_address, mpirun_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -36,20 +39,22 @@ TIMEOUT_S = 10
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """name -> (exit code of mpirun, stdout, stderr, run dir) of the two runs."""
+    """name -> (exit code of mpirun, stdout, stderr, run dir) of the three runs (None: not run)."""
     tmp = tmp_path_factory.mktemp("mpi-hangs")
-    watched, plain = tmp / "watched", tmp / "plain"
-    args = {
-        "watched": ["run", f"--hang-timeout={TIMEOUT_S}", f"--run-dir={watched}", str(HANG_LOOP), "sleep"],
-        "plain": ["run", "--hang-timeout=auto", f"--run-dir={plain}", str(PLAIN_HANG), "8", str(tmp / "m")],
-    }
+    watched = ["run", f"--hang-timeout={TIMEOUT_S}", str(HANG_LOOP), "sleep"]
+    plain = ["run", "--hang-timeout=auto", str(PLAIN_HANG), "8", str(tmp / "m")]
+    outside = _outside_address()  # a master address both "nodes" reach
+    runs = {"watched": (watched, "127.0.0.1"), "nodes": (watched, outside), "plain": (plain, "127.0.0.1")}
     procs = {}
-    for name, words in args.items():
-        cmd, env = mpirun_command(tmp, words, "127.0.0.1", nodes=False)
+    for name, (words, master) in runs.items():
+        if master is None:
+            continue
+        words = [*words[:2], f"--run-dir={tmp / name}", *words[2:]]
+        cmd, env = mpirun_command(tmp, words, master, nodes=name == "nodes")
         procs[name] = subprocess.Popen(
             cmd, cwd=tmp, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-    results = {}
+    results = dict.fromkeys(runs)
     try:
         for name, proc in procs.items():
             out, err = proc.communicate(timeout=240)
@@ -73,6 +78,22 @@ def test_a_rank_sleeping_under_mpirun_is_named_with_its_line(runs):
     diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text().strip()
     assert err.count(diagnosis) == 1, err[-4000:]  # the leader's, whole, once
     assert f"rank 2 ({socket.gethostname()}, pid " in diagnosis  # each rank's place from OMPI_COMM_WORLD_*
+
+
+def test_over_two_nodes_the_stalled_ranks_node_is_the_suspect(runs):
+    if runs["nodes"] is None:
+        pytest.skip("no non-loopback address for a master that two nodes share")
+    code, out, err, run_dir = runs["nodes"]
+    # exatrain.init over several MPI nodes learns the node layout from the ranks' host names first: an
+    # all_gather_object, 2 collectives, so the loop's 7th all_reduce is the group's 9th collective
+    check_rank_2_named(code, out, err, run_dir, "sleep", TIMEOUT_S, collective=9)
+    _mpirun_named_exit_76(err)
+    diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text().strip()
+    assert "rank 2 (127.0.0.2, pid " in diagnosis  # --map-by node: ranks 0 and 2 on the first node
+    assert diagnosis.endswith(
+        "Suspect node(s): 127.0.0.2 (a SLURM job with job.hang_requeues is requeued without them)."
+    )
+    assert (run_dir / "hang" / "exclude").read_text() == "127.0.0.2\n"
 
 
 def test_an_unmodified_scripts_collective_timeout_under_mpirun_gives_one_diagnosis(runs):
