@@ -1,5 +1,5 @@
 """The hang watcher and the collective-timeout diagnosis (docs/hangs.md) under real Open MPI: `mpirun -n 4`
-(oversubscribed, one node; invoked as tests/e2e/test_mpi.py does) starting `exatrain run` in every rank.
+(oversubscribed; invoked as tests/e2e/test_mpi.py does) starting `exatrain run` in every rank.
 
 - hang_loop.py (test_hangs.py's user loop) with `--hang-timeout 10`, rank 2 sleeping at step 7: the same
   diagnosis as under `exatrain run --nproc 4` (test_hangs.check_rank_2_named), printed once, and mpirun
@@ -13,7 +13,7 @@
 
 Open MPI stops the remaining ranks (SIGTERM, then SIGKILL) about a second after the first one exits
 non-zero, so the rank that writes the diagnosis must print it before the others may leave: both paths
-print first and then write the attempt's diagnosis.txt, which the other ranks wait for. The two runs start
+print first and then write the attempt's diagnosis.txt, which the other ranks wait for. The three runs start
 together so that their waits overlap.
 """
 
