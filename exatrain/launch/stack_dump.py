@@ -90,9 +90,8 @@ def on_collective_timeout(e: BaseException, req: HangRequest) -> int:
     text += "".join(f'  File "{file}", line {line} in {func}\n' for file, line, func in frames)
     _write_text(d / f"timeout-rank-{req.rank}.txt", text)  # its own file: a leader's SIGUSR1 may come too
     if _claim(d / DECLARED, run_token()):
-        text = dump_attempt(d, f"a collective timed out in rank {req.rank}", skip={req.rank})
-        print(text, file=sys.stderr, flush=True)
-    else:  # the leader diagnoses; leaving now would let torchrun's agent stop it half-way
+        dump_attempt(d, f"a collective timed out in rank {req.rank}", skip={req.rank}, say=_print_err)
+    else:  # the leader diagnoses; leaving before it printed would let the launcher stop it half-way
         since, deadline = (d / f"timeout-rank-{req.rank}.txt").stat().st_mtime, time.monotonic() + 20
         while not _written_since(d / "diagnosis.txt", since) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -131,9 +130,10 @@ def _records(d: Path) -> dict[int, dict]:
     return {r["rank"]: r for r in found if r.get("token") == found[-1].get("token")} if found else {}
 
 
-def dump_attempt(d: Path, why: str, skip: set[int] = frozenset(), ask: bool = True) -> str:
+def dump_attempt(d: Path, why: str, skip: set[int] = frozenset(), ask: bool = True, say=None) -> str:
     """Signal every recorded rank of attempt folder `d` on this host but `skip` (none when not `ask`), read
-    all stacks, write and return the diagnosis."""
+    all stacks, write and return the diagnosis; `say(text)` (the collective timeout's leader: print it) runs
+    before the attempt's diagnosis.txt, which the other ranks wait for, is written."""
     records = _records(d)
     for rank, rec in records.items():  # a rank that died of the timeout wrote its traceback: not asked
         if ask and rank not in skip and not _timed_out(d, rank):
@@ -145,9 +145,17 @@ def dump_attempt(d: Path, why: str, skip: set[int] = frozenset(), ask: bool = Tr
     text = diagnose_stacks(records, {r: _stacks(d, r) for r in records}, why) + (
         f" Every rank's stacks: {d}/stacks-rank-N.txt; this text: {d.parent / 'diagnosis.txt'}."
     )
-    for path in (d / "diagnosis.txt", d.parent / "diagnosis.txt"):
-        path.write_text(text + "\n")
+    _write_text(d.parent / "diagnosis.txt", text + "\n")
+    if say is not None:
+        say(text)
+    # last: the ranks waiting in on_collective_timeout exit once it is there, and the first exit makes the
+    # launcher (mpirun at once, torchrun's agent at its next poll) stop the leader too
+    _write_text(d / "diagnosis.txt", text + "\n")
     return text
+
+
+def _print_err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def diagnose_stacks(records: dict[int, dict], stacks: dict[int, str], why: str) -> str:

@@ -267,11 +267,13 @@ class HangWatcher:
                 f" Suspect node(s): {','.join(suspects)} (a SLURM job with job.hang_requeues is requeued "
                 "without them)."
             )
-        for path in (self.dir / "diagnosis.txt", self.run_dir / "hang" / "diagnosis.txt"):
-            path.write_text(self.diagnosis + "\n")
-        # last: its existence tells the batch script that this launch ended on a hang (after the diagnosis)
+        (self.run_dir / "hang" / "diagnosis.txt").write_text(self.diagnosis + "\n")
+        # its existence tells the batch script that this launch ended on a hang (after the diagnosis)
         (self.run_dir / HANG_EXCLUDE).write_text(",".join(suspects) + "\n")
         _say(self.diagnosis)
+        # last: the other ranks exit once it is there, and the first exit makes the launcher (mpirun at
+        # once, torchrun's agent at its next poll) stop this rank too: only after the paragraph is out
+        _write_text(self.dir / "diagnosis.txt", self.diagnosis + "\n")
 
     def _await_diagnosis(self) -> None:
         deadline = time.monotonic() + 2 * self.stale_s + 5
@@ -338,8 +340,13 @@ def _pyspy_where(pid: int, out: Path) -> str | None:
 
 
 def _write_json(path: Path, value: dict) -> None:
+    _write_text(path, json.dumps(value))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a reader polling for it never sees it half-written)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 

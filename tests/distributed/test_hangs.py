@@ -92,18 +92,30 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("how", STALLS)
 def test_a_stalled_rank_is_named_with_its_line(runs, how):
-    code, out, err, run_dir = runs[how]
+    check_rank_2_named(*runs[how], how)
+
+
+def check_rank_2_named(
+    code: int, out: str, err: str, run_dir: Path, how: str, timeout_s: int = TIMEOUT_S, collective: int = 7
+) -> None:
+    """What a hang of rank 2 of 4 at step 7 of hang_loop.py leaves (also under mpirun:
+    tests/e2e/test_mpi_hangs.py): exit code 76, the diagnosis printed and written, naming rank 2 with its
+    stall line and ranks 0,1,3 in all_reduce #7 (the group's 7th collective: `collective` where
+    exatrain.init made some first); every rank's report and stacks."""
     assert code == EXIT_HANG, out[-2000:] + err[-4000:]
     diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text()
     assert diagnosis.strip() in err  # printed as well as written
     culprit = diagnosis.split("; rank(s) ")[0]
     assert "rank 2 (" in culprit and f"hang_loop.py:{_line_of(f'STALL-LINE {how}')} " in culprit, diagnosis
-    assert "rank(s) 0,1,3 wait in gloo:all_reduce #7, which rank(s) 2 never entered" in diagnosis
+    assert f"rank(s) 0,1,3 wait in gloo:all_reduce #{collective}, which rank(s) 2 never entered" in diagnosis
     attempt = run_dir / "hang" / "attempt-0"
+    beat = json.loads((attempt / "beat-rank-2.json").read_text())  # rank 2's own record of its host and pid
+    assert culprit.startswith(f"exatrain: HANG (no progress for over {timeout_s} s): ")
+    assert f"rank 2 ({beat['host']}, pid {beat['pid']}) " in culprit, (diagnosis, beat)
     reports = {r: json.loads((attempt / f"report-rank-{r}.json").read_text()) for r in (0, 1, 3)}
     for r, report in reports.items():
         # detected after the timeout, and within the bound (timeout + 30 s)
-        assert report["step"] == 7 and TIMEOUT_S <= report["stalled_s"] < TIMEOUT_S + 30, report
+        assert report["step"] == 7 and timeout_s <= report["stalled_s"] < timeout_s + 30, report
         stacks = (attempt / f"stacks-rank-{r}.txt").read_text()
         assert f'hang_loop.py", line {_line_of("dist.all_reduce(t)")} in main' in stacks
     stall_line = _line_of(f"STALL-LINE {how}")

@@ -40,11 +40,13 @@ def _args(run_dir: Path, timeout_s: int, marker: Path, *hang: str) -> list[str]:
     ]
 
 
-def _check_names_rank_1(text: str) -> None:
+def check_names_rank_1(text: str, others: str = "0,2") -> None:
+    """The diagnosis names rank 1 at its stall line, and ranks `others` in all_reduce at theirs (also under
+    mpirun: tests/e2e/test_mpi_hangs.py)."""
     stall, wait = f"plain_hang.py:{_line('STALL-LINE')} (main)", f"plain_hang.py:{_line('WAIT-LINE')} (main)"
     assert "rank 1 (" in text and "is outside any torch.distributed call, at " in text, text
     assert text.split("rank 1 (")[1].split(";")[0].count(stall) == 1, text
-    assert f"rank(s) 0,2 wait in torch.distributed.all_reduce at {os.sep}" in text and wait in text, text
+    assert f"rank(s) {others} wait in torch.distributed.all_reduce at {os.sep}" in text and wait in text, text
 
 
 def test_a_collective_timeout_and_exatrain_dump_name_the_stalled_rank(tmp_path):
@@ -63,7 +65,7 @@ def test_a_collective_timeout_and_exatrain_dump_name_the_stalled_rank(tmp_path):
             r = run_exatrain(["dump", str(dumped)], tmp_path, timeout=60)
             assert r.returncode == 0, r.stdout + r.stderr
             assert r.stdout.startswith("exatrain: HANG (dump requested): ")
-            _check_names_rank_1(r.stdout)
+            check_names_rank_1(r.stdout)
             assert r.stdout.strip() == (dumped / "hang" / "diagnosis.txt").read_text().strip()
             # a stopped rank runs no signal handler: py-spy reads it
             pid = json.loads((dumped / "hang" / "attempt-0" / "pid-rank-1.json").read_text())["pid"]
@@ -73,14 +75,14 @@ def test_a_collective_timeout_and_exatrain_dump_name_the_stalled_rank(tmp_path):
             finally:
                 os.kill(pid, signal.SIGCONT)
             assert r.returncode == 0, r.stdout + r.stderr
-            _check_names_rank_1(r.stdout)
+            check_names_rank_1(r.stdout)
             stacks = (dumped / "hang" / "attempt-0" / "stacks-rank-1.txt").read_text()
             assert "Thread " in stacks and f"plain_hang.py:{_line('STALL-LINE')})" in stacks, stacks
         code, out, err = finish(timing, timeout=180)
     assert code == EXIT_HANG, out[-2000:] + err[-3000:]
     diagnosis = (timed / "hang" / "diagnosis.txt").read_text().strip()
     assert diagnosis.startswith("exatrain: HANG (a collective timed out in rank ")
-    _check_names_rank_1(diagnosis)
+    check_names_rank_1(diagnosis)
     assert err.count(diagnosis) == 1 and "Traceback" not in err, err[-3000:]
     for rank in (0, 2):  # the ranks that timed out keep their traceback on disk
         stacks = (timed / "hang" / "attempt-0" / f"timeout-rank-{rank}.txt").read_text()

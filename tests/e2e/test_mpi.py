@@ -67,7 +67,14 @@ def _outside_address() -> str | None:
 
 
 def _mpirun(tmp_path, args, master: str, nodes: bool):
-    """`mpirun ... python -m exatrain.cli.main ARGS` as root, MASTER_ADDR and MASTER_PORT exported."""
+    """Run `mpirun_command` to its end."""
+    cmd, env = mpirun_command(tmp_path, args, master, nodes)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+
+
+def mpirun_command(tmp_path, args, master: str, nodes: bool) -> tuple[list[str], dict[str, str]]:
+    """`mpirun ... python -m exatrain.cli.main ARGS` as root, MASTER_ADDR and MASTER_PORT exported: the
+    command and its environment (tests/e2e/test_mpi_hangs.py starts it too)."""
     env = clean_environment(
         {
             "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -111,7 +118,7 @@ def _mpirun(tmp_path, args, master: str, nodes: bool):
         *args,
     ]
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    return cmd, env
 
 
 def _placement(nodes: bool):

@@ -108,12 +108,19 @@ def test_step_marks_count_and_time_steps():
     assert heartbeat.PROGRESS.phase == "data" and heartbeat.PROGRESS.step == 41
 
 
-def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path):
+def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path, monkeypatch):
     """A real watcher thread (one rank, a 2 s timeout, a beat every 0.5 s) in this process, not ending it: a
     `declared` file left by another launch in the same run directory is ignored; one of its own run makes it
-    dump at its next beat, and as the only rank it writes the diagnosis naming itself."""
+    dump at its next beat, and as the only rank it writes the diagnosis naming itself. It prints the
+    paragraph before it writes the attempt's diagnosis.txt: the other ranks exit once that file is there,
+    and mpirun then stops the leader within about a second (measured with Open MPI 4.1)."""
+    from exatrain.observe import hang
     from exatrain.observe.hang import DECLARED, HangWatcher
 
+    said = []
+    monkeypatch.setattr(
+        hang, "_say", lambda text: said.append((text, (watcher.dir / "diagnosis.txt").exists()))
+    )
     heartbeat.step()
     watcher = HangWatcher(tmp_path, 0, 1, 2.0, host="here", exit_process=False)
     watcher.start()
@@ -132,6 +139,32 @@ def test_a_watcher_ignores_another_runs_declaration_and_follows_its_own(tmp_path
     assert "test_hang_settings.py:" in watcher.diagnosis and "time.sleep(0.1)" in watcher.diagnosis
     assert "Thread " in (watcher.dir / "stacks-rank-0.txt").read_text()
     assert (tmp_path / "hang" / "diagnosis.txt").read_text().strip() == watcher.diagnosis
+    assert said == [(watcher.diagnosis, False)]  # printed before the others' signal to leave
+    assert (watcher.dir / "diagnosis.txt").read_text().strip() == watcher.diagnosis
+
+
+def test_the_collective_timeouts_leader_prints_before_the_others_may_leave(tmp_path, monkeypatch):
+    """The first rank to reach `on_collective_timeout` (here the only one) signals the others, diagnoses and
+    prints the paragraph; only then does it write the attempt's diagnosis.txt, which the other ranks wait for
+    before they exit (mpirun stops the remaining ranks about a second after the first exit)."""
+    from exatrain.env.watch import HangRequest
+    from exatrain.launch import stack_dump
+
+    req = HangRequest(timeout_s="auto", run_dir=str(tmp_path), rank=0, world_size=1, attempt=0, host="here")
+    d = stack_dump.attempt_dir(req)
+    d.mkdir(parents=True)
+    (d / "pid-rank-0.json").write_text('{"rank": 0, "pid": 1, "host": "here", "token": "t"}')
+    said = []
+    monkeypatch.setattr(
+        stack_dump, "_print_err", lambda text: said.append((text, (d / "diagnosis.txt").exists()))
+    )
+    try:
+        raise RuntimeError("Timed out waiting 8000ms for recv operation to complete")
+    except RuntimeError as e:
+        assert stack_dump.on_collective_timeout(e, req) == 76
+    assert [flag for _, flag in said] == [False]
+    assert said[0][0].startswith("exatrain: HANG (a collective timed out in rank 0): ")
+    assert (d / "diagnosis.txt").read_text().strip() == said[0][0]
 
 
 def _steps(monkeypatch, *gaps: float) -> None:
