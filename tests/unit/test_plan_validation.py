@@ -65,7 +65,9 @@ def predict(run: dict):
     dims = preflight(cfg, run["gpus"])
     hardware = Hardware(**{k: float(hw[k]) for k in HW_KEYS})
     params = total_params(cfg, run["vocab"])
-    return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params)
+    # the attention kernel the run's code used (a fact about the run, cited in the data file's [source.*])
+    attention = DATA["source"][run["source"]].get("attention", "fused")
+    return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, "fused", attention)
 
 
 def rows() -> list[dict]:

@@ -95,7 +95,9 @@ def block_bytes(k: Kernels) -> dict[str, float]:
     if k.autocast:
         casts = 4 * 6 * d  # the norm outputs cast for wq, wk, wv and w1 (whole tensors under TP)
         fwd += casts
-        bwd += casts + 2 * 6 * d  # their gradients cast back; the two branches' gradients cast to bf16
+        bwd += casts  # their gradients cast back
+        if r == 4:  # the two branches' gradients, fp32 from the residual, cast to bf16 for wo's and w2's
+            bwd += 2 * 6 * d
     if k.attention == "materialised":
         fwd += 2 * e * scores  # softmax (scale and causal mask fused): read the scores, write the probabilities
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
