@@ -2,11 +2,11 @@
 
 For each world size W: `exatrain doctor --nproc W --device cpu` measures this machine's constants (matmul
 TF/s and memory bandwidth of each rank while all W run, the gloo all-reduce busbw of its sweep's largest
-message) and prints the
-[hardware] lines; they go into a copy of the cpu profile (gpus_per_node = 0: every rank on this one
-node); `exatrain plan --time --world-size W --site COPY` predicts the step; `exatrain train --nproc W`
-measures it: the median of the logged windows' `step_s` after the first window (warm-up). Nothing is
-fitted: the prediction only sees the doctor's constants and the model's shape.
+message) and prints the [hardware] lines; they go into a copy of the cpu profile (gpus_per_node = 0: every
+rank on this one node; the CPU's decomposed RMSNorm kernels); `exatrain plan --time --world-size W --site
+COPY` predicts the step; `exatrain train --nproc W` measures it: the median of the logged windows' `step_s`
+after the first window (warm-up). Nothing is fitted: the prediction only sees the doctor's constants and
+the model's shape.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_cpu.py [--worlds 1,2,4] [--steps 40]
 

@@ -1,5 +1,5 @@
-"""The memory-bound bytes of the step-time model (exatrain/tools/plan/traffic.py) against an independent count:
-a TorchDispatchMode that sees every aten op the real reference model dispatches in a forward and backward on
+"""The memory-bound bytes of the step-time model (exatrain/tools/plan/traffic.py) against an independent
+count: a TorchDispatchMode that sees every aten op the real reference model dispatches in a forward and backward on
 the CPU and sums the bytes of each memory-bound op's tensor inputs and outputs.
 
 The counter knows nothing of the model; its rules are about kernels, not about this model: views (outputs

@@ -162,7 +162,7 @@ def test_planning_page_quotes_the_same_figures():
     median = round(_documented("median absolute error") * 100)
     worst = round(_documented("worst absolute error") * 100)
     expected = f"Compared with {len(DATA['run'])} published runs ([Validation](plan-validation.md))"
-    assert f"{expected} it is too fast by {median} % (median) and up to {worst} %" in text
+    assert f"{expected} it is off by {median} % (median) and up to {worst} %" in text
 
 
 def _documented(name: str) -> float:

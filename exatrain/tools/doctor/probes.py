@@ -127,8 +127,8 @@ def memory_gbs(device: torch.device, elements: int = 0, iters: int = 5) -> tuple
 
 def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 0.0) -> list[str]:
     """The [hardware] table measured here, to paste into a copy of the site profile (docs/planning.md):
-    the slowest rank's matmul TF/s and memory bandwidth, and the busbw of the sweep's largest all_reduce as intra-node (all ranks
-    on one node) or inter-node bandwidth (ranks on several nodes)."""
+    the slowest rank's matmul TF/s and memory bandwidth, and the busbw of the sweep's largest all_reduce as
+    intra-node (all ranks on one node) or inter-node bandwidth (ranks on several nodes)."""
     slowest = min(reports, key=lambda r: r["matmul_tflops"])
     lines = ["[hardware]"]
     if peak_tflops:

@@ -99,7 +99,7 @@ def block_bytes(k: Kernels) -> dict[str, float]:
         if r == 4:  # the two branches' gradients, fp32 from the residual, cast to bf16 for wo's and w2's
             bwd += 2 * 6 * d
     if k.attention == "materialised":
-        fwd += 2 * e * scores  # softmax (scale and causal mask fused): read the scores, write the probabilities
+        fwd += 2 * e * scores  # softmax (scale and causal mask fused): read scores, write probabilities
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
     return {"forward": fwd, "backward": bwd, "recompute": fwd - add}
 
