@@ -80,7 +80,7 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     # 2e9 bytes of memory-bound kernels at 1000 GB/s: 2 ms, added to the 0.12288 s of compute
     hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
     t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [], hbm)
-    assert t.breakdown["memory_s"] == pytest.approx(0.002)
+    assert t.breakdown["memory_bound_s"] == pytest.approx(0.002)
     assert t.step_time_s == pytest.approx(0.12288 + 0.002)
     # a data-parallel all-reduce of 0.124 s (3.1e9 bytes x 1 / 25e9 across nodes) is longer than the compute
     # (0.12288 s) but hidden behind compute and memory-bound kernels together (0.12488 s)
@@ -91,7 +91,7 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     t = estimate.step_time(_inputs(memory_bytes=2e9, pp=4, microbatches=8), [], hbm)
     assert t.breakdown["bubble_s"] == pytest.approx(0.12488 * 3 / 8)
     # without hbm_gbs the memory term is not counted (the plan's note says so)
-    assert estimate.step_time(_inputs(memory_bytes=2e9), [], HW).breakdown["memory_s"] == 0
+    assert estimate.step_time(_inputs(memory_bytes=2e9), [], HW).breakdown["memory_bound_s"] == 0
 
 
 def test_hardware_table_is_parsed_and_validated(tmp_path):
@@ -169,8 +169,8 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     b = plan["breakdown"]
-    assert set(b) == {"compute_s", "memory_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
-    assert b["memory_s"] > 0 and b["optimizer_s"] > 0  # hbm_gbs given
+    assert set(b) == {"compute_s", "memory_bound_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
+    assert b["memory_bound_s"] > 0 and b["optimizer_s"] > 0  # hbm_gbs given
     # 1e9 tokens / 512 per step = 1953125 steps; 4 ranks on one JUWELS Booster node at 48 core-hours per hour
     assert plan["wall_time_h"] == pytest.approx(1953125 * plan["step_time_s"] / 3600)
     assert plan["cost"]["units"] == pytest.approx(48 * plan["wall_time_h"])

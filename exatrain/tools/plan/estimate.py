@@ -117,7 +117,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         mfu=tflops / hw.peak_tflops if hw.peak_tflops else None,
         breakdown={
             "compute_s": compute,
-            "memory_s": memory,
+            "memory_bound_s": memory,
             "exposed_comm_s": exposed_dp + exposed_other,
             "bubble_s": bubble,
             "optimizer_s": optimizer,

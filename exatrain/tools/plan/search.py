@@ -228,7 +228,7 @@ def _why(peak, st: estimate.StepTime) -> str:
     comm = f" (largest: {worst[0]})" if worst and b["exposed_comm_s"] > 0 else ""
     return (
         f"memory {peak.total / memory.GIB:.1f} GiB, {peak.verdict}; compute {b['compute_s'] / total:.0%}, "
-        f"memory-bound kernels {b['memory_s'] / total:.0%}, "
+        f"memory-bound kernels {b['memory_bound_s'] / total:.0%}, "
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
         f"optimizer {b['optimizer_s'] / total:.0%}"
     )
