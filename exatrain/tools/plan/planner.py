@@ -270,8 +270,8 @@ def _time_note(gpus_per_node: int) -> str:
         f"step time: PREDICTION from [hardware] constants (docs/planning.md): compute at matmul_tflops, "
         "the memory-bound kernels' bytes at hbm_gbs (not counted when the profile lacks it), "
         f"collectives at nccl-tests' busbw of the links they cross ({gpus_per_node} GPUs per node, ranks "
-        "filling nodes in order), data-parallel traffic hidden behind compute where it fits, tensor "
-        "parallel exposed; not fitted to any measured step"
+        "filling nodes in order), data-parallel traffic hidden behind compute and memory-bound "
+        "kernels where it fits, tensor parallel exposed; not fitted to any measured step"
     )
 
 
