@@ -61,5 +61,5 @@ def _paired(a: list[Span], b: list[Span], clock: str, name: str) -> str:
     if len(ratios) < 4:
         return f"paired ratio {name} by {clock:4s} time = {statistics.median(ratios):.3f}"
     q1, q2, q3 = statistics.quantiles(ratios, n=4)
-    return f"paired ratio {name} by {clock:4s} time = {q2:.3f}  (quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)"
-
+    spread = f"quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs"
+    return f"paired ratio {name} by {clock:4s} time = {q2:.3f}  ({spread})"

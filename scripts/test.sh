@@ -17,6 +17,8 @@ bash scripts/install.sh test,examples,deepspeed,horovod
 # worker's test uses them (tests/conftest.py keeps each file, and all SLURM tests, in one worker; `-n 0` runs
 # everything in this process). The 30 slowest tests are listed at the end, so CI time (budget: 40 min) can be
 # watched.
-# Lint and format first (seconds): ruff with the settings of pyproject.toml
-.venv/bin/ruff check --no-cache . && .venv/bin/ruff format --no-cache --check .
+# Lint and format first (seconds): ruff with the settings of pyproject.toml. Two commands, not one `a && b`
+# list: set -e ignores a failure of any but the last command of such a list, so a lint error went unnoticed.
+.venv/bin/ruff check --no-cache .
+.venv/bin/ruff format --no-cache --check .
 exec .venv/bin/python -m pytest -n 2 --durations=30 "$@"

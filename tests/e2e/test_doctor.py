@@ -43,6 +43,7 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
     hardware = _pasted_hardware(r.stdout)
     assert hardware.intra_node_busbw_gbs == pytest.approx(float(sizes[-1][3]), rel=0.01)
     assert hardware.matmul_tflops > 0 and hardware.missing(TIME_KEYS) == ["inter_node_busbw_gbs"]
+    assert hardware.hbm_gbs > 0  # STREAM Add on each rank at once, the slowest
 
 
 def _pasted_hardware(stdout: str):

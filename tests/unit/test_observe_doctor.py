@@ -9,6 +9,7 @@ import os
 import shutil
 
 import pytest
+import torch
 
 from exatrain.distributed import nccl_debug
 from exatrain.errors import ConfigError
@@ -297,13 +298,27 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     from exatrain.config.load import read_toml, tomllib
     from exatrain.slurm.profiles import PROFILE_DIR, profile_from_dict
 
+    what = "fp32 c = a + b over 1024 MiB tensors (STREAM Add)"
     reports = [
         {"host": "n1", "matmul_tflops": 150.0, "matmul_what": "bfloat16 8192x8192 products"},
         {"host": "n2", "matmul_tflops": 140.5, "matmul_what": "bfloat16 8192x8192 products"},
     ]
+    reports[0].update(hbm_gbs=1200.0, hbm_what=what)
+    reports[1].update(hbm_gbs=1350.5, hbm_what=what)
     sweep = [{"bytes": 1024, "busbw_gbs": 0.5}, {"bytes": 2**28, "busbw_gbs": 21.25}]
     table = tomllib.loads("\n".join(doctor.hardware_lines(reports, sweep, 191.5)))["hardware"]
     data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
     hw = profile_from_dict({**data, "hardware": table}).hardware
     assert (hw.peak_tflops, hw.matmul_tflops, hw.inter_node_busbw_gbs) == (191.5, 140.5, 21.25)
     assert hw.intra_node_busbw_gbs == 0
+    assert hw.hbm_gbs == 1200.0  # the slowest rank's memory bandwidth
+
+
+def test_memory_bandwidth_counts_bytes_read_and_written(monkeypatch):
+    """STREAM's Add: c = a + b reads 2 and writes 1 fp32 tensor per call; with a clock that says the timed
+    calls took 2 s, 3 calls over 2^20 elements are 3 x 12 x 2^20 bytes / 2 s."""
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(doctor.time, "perf_counter", lambda: next(clock))
+    gbs, what = doctor.memory_gbs(torch.device("cpu"), elements=2**20, iters=3)
+    assert gbs == pytest.approx(3 * 12 * 2**20 / 2 / 1e9)
+    assert what == "fp32 c = a + b over 4 MiB tensors (STREAM Add)"

@@ -76,6 +76,24 @@ def test_bus_factors_bubble_recompute_and_optimizer():
     assert estimate.step_time(_inputs(), [], hbm).breakdown["optimizer_s"] == pytest.approx(28e9 / 1e12)
 
 
+def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
+    # 2e9 bytes of memory-bound kernels at 1000 GB/s: 2 ms, added to the 0.12288 s of compute
+    hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
+    t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [], hbm)
+    assert t.breakdown["memory_bound_s"] == pytest.approx(0.002)
+    assert t.step_time_s == pytest.approx(0.12288 + 0.002)
+    # a data-parallel all-reduce of 0.124 s (3.1e9 bytes x 1 / 25e9 across nodes) is longer than the compute
+    # (0.12288 s) but hidden behind compute and memory-bound kernels together (0.12488 s)
+    dp = Collective("all_reduce", "dp_replicate", 2, 5, 31 * 10**8, (0, 4))
+    t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [dp], hbm)
+    assert t.breakdown["exposed_comm_s"] == 0
+    # the pipeline bubble idles both: (compute + memory) x (p - 1) / (m x chunks)
+    t = estimate.step_time(_inputs(memory_bytes=2e9, pp=4, microbatches=8), [], hbm)
+    assert t.breakdown["bubble_s"] == pytest.approx(0.12488 * 3 / 8)
+    # without hbm_gbs the memory term is not counted (the plan's note says so)
+    assert estimate.step_time(_inputs(memory_bytes=2e9), [], HW).breakdown["memory_bound_s"] == 0
+
+
 def test_hardware_table_is_parsed_and_validated(tmp_path):
     from exatrain.config.load import read_toml
 
@@ -127,7 +145,9 @@ def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):
 
 
 def test_json_has_the_prediction(exatrain_cli, tmp_path):
-    site = _site(tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0)
+    site = _site(
+        tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0, hbm_gbs=1555.0
+    )
     r = exatrain_cli(
         "plan",
         "--world-size",
@@ -149,7 +169,8 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     b = plan["breakdown"]
-    assert set(b) == {"compute_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
+    assert set(b) == {"compute_s", "memory_bound_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
+    assert b["memory_bound_s"] > 0 and b["optimizer_s"] > 0  # hbm_gbs given
     # 1e9 tokens / 512 per step = 1953125 steps; 4 ranks on one JUWELS Booster node at 48 core-hours per hour
     assert plan["wall_time_h"] == pytest.approx(1953125 * plan["step_time_s"] / 3600)
     assert plan["cost"]["units"] == pytest.approx(48 * plan["wall_time_h"])

@@ -95,6 +95,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
         report["flight_recorder"] = flight_recorder_works()
         report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device)
+        report["hbm_gbs"], report["hbm_what"] = doctor.memory_gbs(ctx.device, iters=args.iters)
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)

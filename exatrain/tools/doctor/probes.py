@@ -103,10 +103,32 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5) -> tuple[
     return 2 * n**3 * iters / elapsed / 1e12, f"{str(dtype).removeprefix('torch.')} {n}x{n} products"
 
 
+def memory_gbs(device: torch.device, elements: int = 0, iters: int = 5) -> tuple[float, str]:
+    """Memory bandwidth of this rank in GB/s, as STREAM's Add counts it: c = a + b over fp32 tensors larger
+    than any cache (2^28 elements on a GPU, 2^24 on a CPU), bytes read + written (3 x 4 per element) over
+    the time. Every rank runs it at once (a barrier first when a group exists), so ranks sharing a memory
+    system each get their share, as they do in training. `hbm_gbs` of a profile's [hardware] table."""
+    gpu = device.type == "cuda"
+    n = elements or (2**28 if gpu else 2**24)
+    a = torch.ones(n, dtype=torch.float32, device=device)
+    b, c = torch.ones_like(a), torch.empty_like(a)
+    torch.add(a, b, out=c)  # warm-up: first touch of the pages, kernel selection
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        torch.add(a, b, out=c)
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    mib = n * 4 // 2**20
+    return 3 * 4 * n * iters / elapsed / 1e9, f"fp32 c = a + b over {mib} MiB tensors (STREAM Add)"
+
+
 def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 0.0) -> list[str]:
     """The [hardware] table measured here, to paste into a copy of the site profile (docs/planning.md):
-    the slowest rank's matmul TF/s, and the busbw of the sweep's largest all_reduce as intra-node (all ranks
-    on one node) or inter-node bandwidth (ranks on several nodes)."""
+    the slowest rank's matmul TF/s and memory bandwidth, and the busbw of the sweep's largest all_reduce as
+    intra-node (all ranks on one node) or inter-node bandwidth (ranks on several nodes)."""
     slowest = min(reports, key=lambda r: r["matmul_tflops"])
     lines = ["[hardware]"]
     if peak_tflops:
@@ -115,6 +137,12 @@ def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 
         f"matmul_tflops = {slowest['matmul_tflops']:.4g}  # measured: {slowest['matmul_what']}, "
         f"slowest of {len(reports)} rank(s)"
     )
+    if all("hbm_gbs" in r for r in reports):
+        slow = min(reports, key=lambda r: r["hbm_gbs"])
+        lines.append(
+            f"hbm_gbs = {slow['hbm_gbs']:.4g}  # measured: {slow['hbm_what']}, bytes read + written, "
+            f"slowest of {len(reports)} rank(s) running at once"
+        )
     if sweep:
         nodes = len({r["host"] for r in reports})
         key = "intra_node_busbw_gbs" if nodes == 1 else "inter_node_busbw_gbs"

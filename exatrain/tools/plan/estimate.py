@@ -1,7 +1,9 @@
-"""Step time of a layout from hardware constants (torch-free): compute, exposed communication, bubble.
+"""Step time of a layout from hardware constants (torch-free): compute, memory-bound kernels, exposed
+communication, bubble, optimizer.
 
-Nothing here is fitted to a measured step: the inputs are the model's FLOPs, the measured collectives
-of one step (exatrain.tools.plan.comm) and the site's [hardware] constants. Formulas and blind spots are
+Nothing here is fitted to a measured step: the inputs are the model's FLOPs, the bytes its memory-bound
+kernels move (exatrain.tools.plan.traffic), the measured collectives of one step
+(exatrain.tools.plan.comm) and the site's [hardware] constants. Formulas and blind spots are
 documented in docs/planning.md; the names below follow it.
 """
 
@@ -36,6 +38,7 @@ class StepInputs:
     pp_chunks: int  # stages per pipeline rank (interleaved schedules)
     microbatches: int  # pipeline microbatches per step (1 without pipeline parallel)
     local_param_elements: int  # parameters one rank updates (optimizer step)
+    memory_bytes: float = 0.0  # bytes one rank's memory-bound kernels read and write per step (traffic.py)
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class StepTime:
     tokens_per_s: float
     tflops_per_gpu: float
     mfu: float | None
-    breakdown: dict  # compute, exposed communication, bubble, optimizer (seconds)
+    breakdown: dict  # compute, memory-bound kernels, exposed communication, bubble, optimizer (seconds)
     comm_s: dict  # "kind over dim" -> seconds of that collective if not overlapped
 
     def to_dict(self) -> dict:
@@ -74,7 +77,9 @@ def collective_seconds(kind: str, nbytes: int, group_size: int, crosses_nodes: b
 
 
 def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
-    """Predict one step: compute + exposed communication + pipeline bubble + optimizer (docs/planning.md)."""
+    """Predict one step: compute + memory-bound kernels + exposed communication + pipeline bubble + optimizer
+    (docs/planning.md). The memory-bound kernels (normalisation, activation, residual adds, casts, the loss)
+    are separate kernels from the matrix products: their time adds to the compute, it does not overlap."""
     compute = (
         inputs.flops_per_token
         * inputs.tokens_per_step
@@ -92,16 +97,18 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
             dp_total += t
         else:  # tensor parallel (and anything else) sits in the critical path
             exposed_other += t
+    memory = optimizer = 0.0
+    if hw.hbm_gbs:
+        memory = inputs.memory_bytes / (hw.hbm_gbs * 1e9)
+        optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9)
+    kernels = compute + memory  # the forward's and backward's kernels, one after the other
     # data-parallel gradient/parameter traffic overlaps the backward (DDP buckets, FSDP reduce-scatter) and
-    # the forward (FSDP's prefetched all-gathers): only what the compute cannot hide is exposed
-    exposed_dp = max(0.0, dp_total - compute)
+    # the forward (FSDP's prefetched all-gathers): only what the kernels cannot hide is exposed
+    exposed_dp = max(0.0, dp_total - kernels)
     bubble = 0.0
     if inputs.pp > 1:
-        bubble = compute * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)
-    optimizer = 0.0
-    if hw.hbm_gbs:
-        optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9)
-    total = compute + exposed_dp + exposed_other + bubble + optimizer
+        bubble = kernels * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)
+    total = kernels + exposed_dp + exposed_other + bubble + optimizer
     tflops = inputs.flops_per_token * inputs.tokens_per_step / total / inputs.world_size / 1e12
     return StepTime(
         step_time_s=total,
@@ -110,6 +117,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         mfu=tflops / hw.peak_tflops if hw.peak_tflops else None,
         breakdown={
             "compute_s": compute,
+            "memory_bound_s": memory,
             "exposed_comm_s": exposed_dp + exposed_other,
             "bubble_s": bubble,
             "optimizer_s": optimizer,

@@ -17,7 +17,7 @@ from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.observe.flops import transformer_flops_per_token
-from exatrain.tools.plan import analytic, estimate, memory
+from exatrain.tools.plan import analytic, estimate, memory, traffic
 from exatrain.tools.plan.comm import comm_table, measure_step_comm
 from exatrain.tools.plan.layout import RankShards, measure_rank, representative_ranks
 from exatrain.train.preflight import preflight
@@ -188,8 +188,48 @@ def _predict(
         pp_chunks=p.pp_stages_per_rank,
         microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
         local_param_elements=max(s.param_elements for s in shards),
+        memory_bytes=memory_traffic(cfg, dims, vocab, norm_kernel(gpus_per_node)),
     )
     return estimate.step_time(inputs, collectives, hardware)
+
+
+def norm_kernel(gpus_per_node: int) -> str:
+    """Which RMSNorm kernels run: torch's fused one on GPUs, its decomposition on CPU nodes (a profile
+    with gpus_per_node = 0)."""
+    return "fused" if gpus_per_node else "composite"
+
+
+def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str = "fused") -> float:
+    """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic):
+    the rank's share of the blocks (n_layers / pp), of the embeddings and the head (1 / pp), over the
+    tokens of its data-parallel shard. `attention`: "fused" is exatrain's own (scaled_dot_product_attention);
+    "materialised" counts softmax over scores kept in memory (validation runs whose code did that)."""
+    p, t = cfg.parallel, cfg.train
+    shape = configured_shape(cfg.model)
+    kernels = traffic.Kernels(
+        shape=shape,
+        vocab=vocab,
+        seq_len=cfg.data.seq_len,
+        elem_bytes=compute_bytes(cfg),
+        param_bytes=2 if dims.fsdp and p.param_dtype == "bf16" else 4,
+        tp=dims.tp,
+        sequence_parallel=dims.tp_enabled and p.sequence_parallel,
+        loss_parallel=dims.tp_enabled and p.loss_parallel,
+        norm=norm,
+        attention=attention,
+    )
+    blocks = shape.n_layers / dims.pp
+    every = {"full": 1, "every": p.activation_checkpoint_every}.get(p.activation_checkpoint)
+    micro = dims.microbatches(p) if dims.pp_enabled else 1
+    work = traffic.RankWork(
+        tokens=t.global_batch_size * cfg.data.seq_len // dims.dp,
+        blocks=blocks,
+        recomputed_blocks=-(-blocks // every) if every else 0,
+        forwards=t.global_batch_size // (t.micro_batch_size * dims.dp) * micro,
+        batch=max(1, t.micro_batch_size // micro),
+        stage_share=1 / dims.pp,
+    )
+    return traffic.step_bytes(kernels, work)
 
 
 def analytic_model(cfg: Config, vocab: int) -> analytic.Model:
@@ -228,9 +268,10 @@ def shape_params(cfg: Config, vocab: int) -> int:
 def _time_note(gpus_per_node: int) -> str:
     return (
         f"step time: PREDICTION from [hardware] constants (docs/planning.md): compute at matmul_tflops, "
+        "the memory-bound kernels' bytes at hbm_gbs (not counted when the profile lacks it), "
         f"collectives at nccl-tests' busbw of the links they cross ({gpus_per_node} GPUs per node, ranks "
-        "filling nodes in order), data-parallel traffic hidden behind compute where it fits, tensor "
-        "parallel exposed; not fitted to any measured step"
+        "filling nodes in order), data-parallel traffic hidden behind compute and memory-bound "
+        "kernels where it fits, tensor parallel exposed; not fitted to any measured step"
     )
 
 

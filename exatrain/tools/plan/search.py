@@ -20,7 +20,14 @@ from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.tools.plan import analytic, estimate, memory
-from exatrain.tools.plan.planner import activation_spec, analytic_model, rank_plan, step_shape
+from exatrain.tools.plan.planner import (
+    activation_spec,
+    analytic_model,
+    memory_traffic,
+    norm_kernel,
+    rank_plan,
+    step_shape,
+)
 from exatrain.train.preflight import preflight
 
 SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved_1f1b", 2))
@@ -126,7 +133,7 @@ def search(
         except ConfigError:
             continue
         considered += 1
-        layout = evaluate(cand, dims, vocab, hardware, per_node, gpu_gb, params)
+        layout = evaluate(cand, dims, vocab, hardware, per_node, gpu_gb, params, norm_kernel(gpus_per_node))
         if gpu_gb and layout.memory_bytes > gpu_gb * memory.GIB:
             dropped += 1
             continue
@@ -153,8 +160,19 @@ def model_of(cfg: Config, vocab: int) -> analytic.Model:
     return analytic_model(cfg, vocab)
 
 
-def evaluate(cfg: Config, dims, vocab: int, hardware, per_node: int, gpu_gb, params: int) -> Layout:
-    """Memory (largest rank) and predicted step time of one checked layout."""
+def evaluate(
+    cfg: Config,
+    dims,
+    vocab: int,
+    hardware,
+    per_node: int,
+    gpu_gb,
+    params: int,
+    norm: str = "fused",
+    attention: str = "fused",
+) -> Layout:
+    """Memory (largest rank) and predicted step time of one checked layout (`norm`, `attention`: which
+    kernels the memory-bound term counts, planner.memory_traffic)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
@@ -180,6 +198,7 @@ def evaluate(cfg: Config, dims, vocab: int, hardware, per_node: int, gpu_gb, par
         pp_chunks=chunks,
         microbatches=micro,
         local_param_elements=max(s.param_elements for s in shards),
+        memory_bytes=memory_traffic(cfg, dims, vocab, norm, attention),
     )
     st = estimate.step_time(inputs, comm, hardware)
     return Layout(
@@ -209,6 +228,7 @@ def _why(peak, st: estimate.StepTime) -> str:
     comm = f" (largest: {worst[0]})" if worst and b["exposed_comm_s"] > 0 else ""
     return (
         f"memory {peak.total / memory.GIB:.1f} GiB, {peak.verdict}; compute {b['compute_s'] / total:.0%}, "
+        f"memory-bound kernels {b['memory_bound_s'] / total:.0%}, "
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
         f"optimizer {b['optimizer_s'] / total:.0%}"
     )

@@ -1,0 +1,179 @@
+"""Bytes the memory-bound kernels of one training step move (torch-free): the step-time model's memory term.
+
+Matrix products and the attention kernel (F.scaled_dot_product_attention: flash attention, no T x T scores
+in memory) are counted as FLOPs at matmul_tflops (estimate.py). Every other kernel of the reference model
+(models/transformer.py) is memory-bound: it reads its inputs and writes its outputs once, so its time is
+those bytes over the memory bandwidth. This module counts them per token, from the ops exatrain's eager
+step dispatches (one kernel per aten op), with the element size of each tensor:
+
+- the residual stream is fp32 (4 bytes) unless FSDP keeps bf16 parameters (then 2): the embeddings' dtype;
+- matrix products write `e` bytes per element (2 under bf16 autocast, 4 in fp32);
+- RMSNorm runs in fp32 (autocast's fp32 list on GPUs; the residual is fp32 on the CPU). On a GPU it is
+  torch's fused kernel (`_fused_rms_norm`: read x, write y and 1/rms; its backward reads dy, x and 1/rms
+  and writes dx, then reads dy and x again for the weight's gradient); on a CPU torch decomposes it into
+  pow, mean, add, rsqrt, mul, mul forward and 15 ops backward (counted one by one below);
+- under bf16 autocast each linear layer casts its fp32 input to bf16 (read 4, write 2 bytes per element;
+  its backward casts the gradient back: read 2, write 4), and fp32 weights are cast once per forward;
+- the loss casts the logits to fp32, runs log-softmax (read 4, write 4 bytes per logit), and backward
+  writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16.
+
+The formula is written out with its derivation in docs/planning.md; tests/unit/test_plan_traffic.py compares
+it with the bytes a dispatch mode counts on the real model's ops on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exatrain.models import ModelShape
+
+NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's decomposition
+ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """What the byte count depends on: the model, the dtypes and which kernels run."""
+
+    shape: ModelShape
+    vocab: int
+    seq_len: int
+    elem_bytes: int  # matrix products' outputs: 2 under bf16 autocast, 4 in fp32
+    param_bytes: int = 4  # the parameters' dtype in the forward (FSDP's param_dtype): the residual's
+    tp: int = 1
+    sequence_parallel: bool = False
+    loss_parallel: bool = False
+    norm: str = "fused"
+    attention: str = "fused"
+
+    @property
+    def residual(self) -> int:
+        """Bytes per element of the residual stream (the embeddings' output dtype, kept by the adds)."""
+        return 2 if self.elem_bytes == 2 and self.param_bytes == 2 else 4
+
+    @property
+    def autocast(self) -> bool:
+        return self.elem_bytes == 2
+
+
+def _norm_forward(k: Kernels) -> tuple[float, float]:
+    """(bytes per token per model-width element, bytes per token) of one RMSNorm's forward."""
+    cast = 6 if k.residual == 2 else 0  # autocast's fp32 list: a bf16 input is cast up first
+    if k.norm == "fused":
+        return cast + 8, 4  # read x, write y (fp32); write 1/rms
+    # pow (r, w), mean (r; w 1), add_ eps (r 1, w 1), rsqrt (r 1, w 1), x * rstd (r, r 1, w), * weight (r, w)
+    return cast + 28, 4 + 8 + 8 + 4
+
+
+def _norm_backward(k: Kernels) -> tuple[float, float]:
+    """(bytes per token per width element, bytes per token) of one RMSNorm's backward."""
+    cast = 6 if k.residual == 2 else 0
+    if k.norm == "fused":
+        return cast + 12 + 8, 4  # dx: read dy, x, write dx; weight gradient: read dy, x again; read 1/rms
+    # weight grad: dy * y_hat (12), sum over tokens (4); dy * weight (8); the input's gradient: * x (12),
+    # * rstd (8, r 1), sum (4, w 1), rstd's chain (pow, mul, mul on 1 element: 8 + 8 + 12), / D (8),
+    # pow (8), * 2 (8), * (12), + the direct path (12)
+    return cast + 12 + 4 + 8 + 12 + 8 + 4 + 8 + 8 + 8 + 12 + 12, 4 + 4 + 8 + 8 + 12
+
+
+def block_bytes(k: Kernels) -> dict[str, float]:
+    """Bytes per token of one block's memory-bound kernels: forward, backward and the forward that
+    activation checkpointing recomputes (torch's non-reentrant checkpoint stops before the block's last
+    residual add, whose output nothing in the block saved)."""
+    d, e, r = k.shape.dim, k.elem_bytes, k.residual
+    hidden = k.shape.mlp_ratio * d / k.tp  # the MLP's width on this rank
+    sp = k.tp if k.sequence_parallel else 1  # norms and residual adds on a sequence shard
+    scores = k.shape.n_heads / k.tp * k.seq_len  # attention scores per token on this rank
+    nf_d, nf_1 = _norm_forward(k)
+    nb_d, nb_1 = _norm_backward(k)
+    add = (2 * r + e) * d / sp  # x + branch: read both, write x
+    fwd = 2 * (nf_d * d + nf_1) / sp + 2 * add + 2 * e * hidden  # two norms, two adds, GELU
+    bwd = 2 * (nb_d * d + nb_1) / sp + 3 * e * hidden  # two norms' backward, GELU's backward
+    # autograd sums the gradients of a tensor used twice: the residual x (norm and add), twice per block,
+    # and the attention norm's output (wq, wk, wv: two adds), in fp32 (after the casts' backward)
+    bwd += 2 * 3 * r * d / sp + 2 * 3 * 4 * d
+    if k.autocast:
+        casts = 4 * 6 * d  # the norm outputs cast for wq, wk, wv and w1 (whole tensors under TP)
+        fwd += casts
+        bwd += casts  # their gradients cast back
+        if r == 4:  # the two branches' gradients, fp32 from the residual, cast to bf16 for wo's and w2's
+            bwd += 2 * 6 * d
+    if k.attention == "materialised":
+        fwd += 2 * e * scores  # softmax (scale and causal mask fused): read scores, write probabilities
+        bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
+    return {"forward": fwd, "backward": bwd, "recompute": fwd - add}
+
+
+def head_bytes(k: Kernels) -> float:
+    """Bytes per token of the output side: the final norm, its cast, and the loss over the vocabulary."""
+    d = k.shape.dim
+    v = k.vocab / (k.tp if k.loss_parallel else 1)
+    nf_d, nf_1 = _norm_forward(k)
+    nb_d, nb_1 = _norm_backward(k)
+    out = (nf_d + nb_d) * d + nf_1 + nb_1
+    # log-softmax (r 4, w 4), NLL's backward (w 4, + ids), log-softmax's backward (r 8, w 4); NLL's forward
+    # reads one logit and one id (8 bytes) per token
+    out += (8 + 4 + 12) * v + 4 + 8 + 8
+    if k.autocast:
+        out += 2 * 6 * d + 2 * 6 * v  # the norm output's cast and its gradient; the logits' casts
+    return out
+
+
+def embedding_bytes(k: Kernels, batch: int) -> float:
+    """Bytes per token of the embeddings (first stage): the gathers, the sum with the position table and
+    their backward, except the token table's gradient (`embedding_grad_bytes`, per micro-batch)."""
+    d, p = k.shape.dim, k.param_bytes if k.autocast else 4
+    per_sample = 1 / batch  # the position rows are gathered and reduced once per micro-batch
+    fwd = 2 * p * d + 8 + 2 * p * d * per_sample + (2 + per_sample) * p * d  # gathers (+ ids), + pos
+    # the token table's backward reads dx (+ ids); pos: sum dx over the batch, then its table's backward
+    bwd = p * d + 8 + p * d + p * d * per_sample + 2 * p * d * per_sample
+    return fwd + bwd
+
+
+def embedding_grad_bytes(k: Kernels) -> float:
+    """Bytes of the token table's gradient per micro-batch: embedding_dense_backward writes the whole
+    (vocabulary-sharded under TP) table."""
+    p = k.param_bytes if k.autocast else 4
+    return p * k.vocab / k.tp * k.shape.dim
+
+
+def weight_cast_bytes(k: Kernels) -> float:
+    """Bytes per forward of autocast's casts of fp32 matmul weights to bf16 (read 4, write 2) and of their
+    gradients back (read 2, write 4), per block; none in fp32 or with bf16 parameters."""
+    if not k.autocast or k.param_bytes == 2:
+        return 0.0
+    d = k.shape.dim
+    return 12 * (4 + 2 * k.shape.mlp_ratio) * d * d / k.tp
+
+
+def head_cast_bytes(k: Kernels) -> float:
+    """As weight_cast_bytes, for the output head's weight (vocabulary x width, sharded under TP)."""
+    if not k.autocast or k.param_bytes == 2:
+        return 0.0
+    return 12 * k.vocab * k.shape.dim / k.tp
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """How much of the model one rank runs per step (the average pipeline rank, as compute assumes)."""
+
+    tokens: int  # tokens per step through this rank's stage (global batch x T / data-parallel ranks)
+    blocks: float  # blocks per rank (n_layers / pp)
+    recomputed_blocks: float  # of them, checkpointed (their forward runs again in backward)
+    forwards: int  # micro-batch forwards per step (autocast casts the weights once per forward)
+    batch: int  # samples per micro-batch
+    stage_share: float  # 1 / pp: this rank's share of the embeddings and the head
+
+
+def step_bytes(k: Kernels, w: RankWork) -> float:
+    """Bytes of one rank's memory-bound kernels in one step."""
+    b = block_bytes(k)
+    per_block = b["forward"] + b["backward"]
+    tokens = w.tokens * (w.blocks * per_block + w.recomputed_blocks * b["recompute"])
+    tokens += w.tokens * w.stage_share * (head_bytes(k) + embedding_bytes(k, w.batch))
+    casts = w.forwards * (
+        (w.blocks + w.recomputed_blocks) * weight_cast_bytes(k) / 2  # a recompute casts the weights again
+        + w.blocks * weight_cast_bytes(k) / 2
+        + w.stage_share * head_cast_bytes(k)
+    )
+    return tokens + casts + w.forwards * w.stage_share * embedding_grad_bytes(k)
