@@ -37,21 +37,41 @@ BASE = [
     "--train.global_batch_size=4",
     "--train.precision=fp32",
 ]
+PP = ["--model.n_layers=4", "--parallel.pp=2", "--parallel.dp_replicate=1"]
+SP = ["--parallel.tp=2", "--parallel.sequence_parallel=true"]
 LAYOUTS = {
     2: {
         "ddp": ["--parallel.dp_replicate=-1", "--parallel.dp_shard=1"],
         "fsdp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=-1"],
-        "tp_sp": [
-            "--parallel.dp_replicate=1",
-            "--parallel.dp_shard=1",
-            "--parallel.tp=2",
-            "--parallel.sequence_parallel=true",
+        "tp_sp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=1", *SP],
+        # pipelines: 2 pipeline microbatches x 2 accumulation steps; interleaved: 4 x 1
+        "pp_gpipe": [*PP, "--parallel.pp_schedule=gpipe", "--train.micro_batch_size=2"],
+        "pp_1f1b": [*PP, "--parallel.pp_schedule=1f1b", "--train.micro_batch_size=2"],
+        "pp_interleaved": [
+            *PP,
+            "--parallel.pp_schedule=interleaved_1f1b",
+            "--parallel.pp_stages_per_rank=2",
+            "--train.micro_batch_size=4",
         ],
     },
     4: {
         "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"],
         "fsdp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=2", "--parallel.tp=2"],
         "ddp_tp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--parallel.tp=2"],
+        "pp_fsdp": [*PP, "--parallel.dp_shard=2", "--parallel.pp_schedule=1f1b", "--train.micro_batch_size=2"],
+        "pp_tp_sp": [*PP, "--parallel.dp_shard=1", *SP, "--parallel.pp_schedule=gpipe", "--train.micro_batch_size=2"],
+    },
+    8: {
+        "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=4", "--train.global_batch_size=8"],
+        "pp_fsdp_tp_sp": [
+            *PP,
+            "--parallel.dp_shard=2",
+            *SP,
+            "--parallel.pp_schedule=interleaved_1f1b",
+            "--parallel.pp_stages_per_rank=2",
+            "--train.micro_batch_size=4",
+            "--train.global_batch_size=8",
+        ],
     },
 }
 DTYPE_BYTES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Bool": 1}
@@ -96,8 +116,28 @@ def _step_collectives(before: int, trace) -> list[tuple[str, list[int], int]]:
     return out
 
 
+def _record_p2p(calls: list) -> None:
+    """Record every point-to-point operation torch's pipeline schedules issue (the flight recorder keeps
+    no gloo send/recv): all go through `schedules._batch_p2p`, a list of P2POp (isend or irecv, tensor,
+    peer, group)."""
+    from torch.distributed.pipelining import schedules
+
+    original = schedules._batch_p2p
+
+    def recording(ops, *args, **kwargs):
+        for op in ops:
+            kind = "send" if op.op is torch.distributed.isend else "recv"
+            ranks = torch.distributed.get_process_group_ranks(op.group or torch.distributed.group.WORLD)
+            calls.append((kind, ranks, op.tensor.numel() * op.tensor.element_size()))
+        return original(ops, *args, **kwargs)
+
+    schedules._batch_p2p = recording
+
+
 def _worker(rank, world, env, out):
     os.environ["TORCH_FR_BUFFER_SIZE"] = "100000"  # the flight recorder of every process group it creates
+    p2p = []
+    _record_p2p(p2p)
     ctx = init_distributed(env, "cpu", timeout_s=120)
     torch.set_num_threads(1)
     result = {}
@@ -106,8 +146,9 @@ def _worker(rank, world, env, out):
         for _ in range(2):
             trainer.train_step(trainer._micro_batches())
         before = max([e["record_id"] for e in _trace()["entries"]], default=-1)
+        p2p.clear()
         trainer.train_step(trainer._micro_batches())
-        result[layout] = _step_collectives(before, _trace())
+        result[layout] = _step_collectives(before, _trace()) + p2p
     teardown()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
 
@@ -121,19 +162,28 @@ def _table(calls, dims) -> dict:
     return {k: tuple(v) for k, v in table.items()}
 
 
-@pytest.mark.parametrize("world", [2, 4])
+def _planned(cfg, world: int, rank: int) -> dict:
+    """The plan's table of `rank`, the plan's kinds mapped to gloo's (which may merge two rows)."""
+    dims = ParallelDims.from_config(cfg.parallel, world)
+    merged = defaultdict(lambda: [0, 0])
+    for c in measure_step_comm(cfg, world, rank, 512):
+        merged[f"{GLOO_KIND.get(c.kind, c.kind)} over {c.dim}"][0] += c.count
+        merged[f"{GLOO_KIND.get(c.kind, c.kind)} over {c.dim}"][1] += c.bytes
+    return {k: tuple(v) for k, v in merged.items()}
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
 def test_plan_comm_equals_real_ranks(tmp_path, world):
+    """Per layout and real rank: the plan measured for that rank's pipeline rank (its first rank: data- and
+    tensor-parallel peers issue the same collectives) equals what the rank issued, per kind and dimension."""
     prepare_data(_config(world, next(iter(LAYOUTS[world])), tmp_path))  # the corpus, cached once
     spawn(_worker, world, tmp_path)
     real = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     for layout in LAYOUTS[world]:
         cfg = _config(world, layout, tmp_path)
         dims = ParallelDims.from_config(cfg.parallel, world)
-        merged = defaultdict(lambda: [0, 0])  # the plan's kinds mapped to gloo's (may merge two rows)
-        for c in measure_step_comm(cfg, world, 0, 512):
-            merged[f"{GLOO_KIND.get(c.kind, c.kind)} over {c.dim}"][0] += c.count
-            merged[f"{GLOO_KIND.get(c.kind, c.kind)} over {c.dim}"][1] += c.bytes
-        planned = {k: tuple(v) for k, v in merged.items()}
-        assert planned, layout
+        per_pp = world // dims.pp
+        planned = [_planned(cfg, world, p * per_pp) for p in range(dims.pp)]
+        assert all(planned), layout
         for r, measured in enumerate(real):
-            assert _table(measured[layout], dims) == planned, (layout, world, r)
+            assert _table(measured[layout], dims) == planned[r // per_pp], (layout, world, r)
