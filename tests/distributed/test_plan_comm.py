@@ -1,15 +1,23 @@
 """`exatrain plan`'s communication per rank per step against REAL gloo ranks, byte for byte.
 
 The plan runs one rank's training step on fake tensors under torch's fake process group and records the
-collectives it dispatches (exatrain.tools.plan.comm). Here the trainer runs the same layouts on 2 and 4 real
-gloo ranks, three steps each, and torch's flight recorder (TORCH_FR_BUFFER_SIZE: a ring buffer of every
-collective a process group issues, with its buffer sizes and dtypes, kept by the C++ process group itself)
-gives what each rank really issued in the third step. Per (kind, mesh dimension): count and bytes must be
-equal on every rank.
+collectives it dispatches (exatrain.tools.plan.comm). Here the trainer runs the same layouts on 2, 4 and 8
+real gloo ranks, three steps each: W = 2: DDP, FSDP, TP + SP, and a 2-stage pipeline under each schedule
+(GPipe and 1F1B with gradient accumulation, interleaved 1F1B with 2 stages per rank); W = 4: HSDP, FSDP x
+TP, TP replicas, PP x FSDP (with gradient accumulation), PP x TP + SP; W = 8: HSDP 2 x 4 and PP 2 x FSDP 2
+x TP 2 + SP (interleaved 1F1B). What each rank really issued in the third step comes from two recorders:
+torch's flight recorder (TORCH_FR_BUFFER_SIZE: a ring buffer of every collective a process group issues,
+with its buffer sizes and dtypes, kept by the C++ process group itself) and, for the pipeline's
+point-to-point operations (which the flight recorder keeps no record of under gloo), a wrapper around
+`torch.distributed.pipelining.schedules._batch_p2p`, through which every send and receive of the schedules
+goes. Per (kind, mesh dimension): count and bytes must equal the plan's for that rank's pipeline rank, on
+every rank.
 
 Not reproduced: gloo implements reduce_scatter_tensor with an all-reduce of the whole input (the flight
 recorder names it all_reduce), so the plan's reduce-scatters are compared as all-reduces of the same buffer
-(nccl-tests' size S: the input, the same bytes either way); NCCL's own algorithms are not exercised.
+(nccl-tests' size S: the input, the same bytes either way); NCCL's own algorithms are not exercised. The
+pipeline's first step differs (real ranks exchange the stages' shapes, the plan gives them statically);
+only the steady state is compared.
 """
 
 import json
@@ -58,8 +66,20 @@ LAYOUTS = {
         "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"],
         "fsdp_tp": ["--parallel.dp_replicate=1", "--parallel.dp_shard=2", "--parallel.tp=2"],
         "ddp_tp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--parallel.tp=2"],
-        "pp_fsdp": [*PP, "--parallel.dp_shard=2", "--parallel.pp_schedule=1f1b", "--train.micro_batch_size=2"],
-        "pp_tp_sp": [*PP, "--parallel.dp_shard=1", *SP, "--parallel.pp_schedule=gpipe", "--train.micro_batch_size=2"],
+        "pp_fsdp": [  # 2 accumulation steps: FSDP reduce-scatters after each one under a pipeline
+            *PP,
+            "--parallel.dp_shard=2",
+            "--parallel.pp_schedule=1f1b",
+            "--train.micro_batch_size=2",
+            "--train.global_batch_size=8",
+        ],
+        "pp_tp_sp": [
+            *PP,
+            "--parallel.dp_shard=1",
+            *SP,
+            "--parallel.pp_schedule=gpipe",
+            "--train.micro_batch_size=2",
+        ],
     },
     8: {
         "hsdp": ["--parallel.dp_replicate=2", "--parallel.dp_shard=4", "--train.global_batch_size=8"],
@@ -164,7 +184,6 @@ def _table(calls, dims) -> dict:
 
 def _planned(cfg, world: int, rank: int) -> dict:
     """The plan's table of `rank`, the plan's kinds mapped to gloo's (which may merge two rows)."""
-    dims = ParallelDims.from_config(cfg.parallel, world)
     merged = defaultdict(lambda: [0, 0])
     for c in measure_step_comm(cfg, world, rank, 512):
         merged[f"{GLOO_KIND.get(c.kind, c.kind)} over {c.dim}"][0] += c.count

@@ -7,7 +7,11 @@ runs the trainer's step on it: the engine's forward/backward over the rank's mic
 accumulation included), then the gradient-norm clipping. A TorchDispatchMode records each collective op the
 step dispatches (the c10d ops FSDP2, DDP's reducer and the pipeline schedule call, and DTensor's functional
 collectives), with the bytes of its buffers and the ranks of its group. Steps are run until DDP has rebuilt
-its buckets; the last one is reported (the steady state).
+its buckets (one step first without DDP: FSDP's lazy init, AdamW's state); the last one is reported (the
+steady state).
+
+Pipeline layouts: the stages get their shapes statically (see `_static_stage_meta`) instead of by the
+schedule's first-step exchange, which reads back received values that fake tensors do not have.
 
 Bytes are the buffer size nccl-tests calls S (so that time = S x factor / busbw, see estimate.py):
 all-gather: the gathered output; reduce-scatter: the input; all-reduce, broadcast, send, recv: the tensor;
@@ -185,7 +189,7 @@ def measure_step_comm(cfg: Config, world_size: int, rank: int, vocab_size: int) 
         with FakeTensorMode(allow_non_fake_inputs=True):
             step = _fake_step(cfg, dims, stages, recorder, first)
             with recorder:
-                for _ in range(WARMUP_STEPS):
+                for _ in range(WARMUP_STEPS if _uses_ddp(dims) else 1):  # the others: steady after one
                     step()
                 recorder.calls.clear()
                 step()
@@ -361,8 +365,9 @@ def _static_stage_meta(pipeline, cfg: Config, dims: ParallelDims, stages, first,
     if not hasattr(pipe_utils, "_StageMeta") or not hasattr(pipeline.schedule, "_warmup_p2p"):
         raise NotImplementedError("torch.distributed.pipelining without static stage metadata (torch < 2.13)")
     t = cfg.train
-    tokens = torch.zeros((t.micro_batch_size // dims.microbatches(cfg.parallel), cfg.data.seq_len),
-                         dtype=torch.long)
+    tokens = torch.zeros(
+        (t.micro_batch_size // dims.microbatches(cfg.parallel), cfg.data.seq_len), dtype=torch.long
+    )
     with torch.no_grad(), autocast(), _loss_parallel(cfg, dims):
         chunk0 = stages[0][1] if stages[0][0] == 0 else _materialised(first)
         hidden = chunk0(tokens)
