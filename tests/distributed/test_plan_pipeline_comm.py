@@ -7,9 +7,9 @@ three steps; every point-to-point operation torch's pipeline schedules issue goe
 a recording wrapper counts in the third step (the flight recorder keeps no gloo send/recv). Per rank:
 sends and receives, count and bytes, equal to the closed form.
 
-Not covered: the other collectives of a pipeline layout (FSDP or TP inside a stage, the scalar broadcast
-and all-reduce the schedule and clipping issue over pp) are not compared here; `exatrain plan` without
---search still does not measure pipeline communication.
+Not covered here: the other collectives of a pipeline layout (FSDP or TP inside a stage, the scalar
+broadcast and all-reduce the schedule and clipping issue over pp). `exatrain plan` without --search measures
+all of them on fake tensors; tests/distributed/test_plan_comm.py compares that with real ranks.
 """
 
 import json
