@@ -400,6 +400,8 @@ def _materialised(stages):
 
 
 def _loss_parallel(cfg: Config, dims: ParallelDims):
+    """torch's loss_parallel context where the layout computes the loss on vocabulary shards (as the
+    engine's context does), else a no-op."""
     import contextlib
 
     if dims.tp_enabled and cfg.parallel.loss_parallel:
