@@ -89,7 +89,8 @@ def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
     """World size 8, 4 GPUs per node: every result is a valid layout, sorted by predicted step time, within
     the GPU; the memory and step time of a pipeline and of a non-pipeline layout equal what `exatrain plan
     --time` computes for the same options (the non-pipeline plan's measured collectives differ from the
-    closed form only by the scalar all-reduces; the pipeline plan counts them in closed form too)."""
+    closed form only by the scalar all-reduces; so does the pipeline plan's, DDP x TP + SP interleaved, with
+    the pipeline's loss broadcast)."""
     cfg = load_config(None, BASE + ["train.global_batch_size=16", "parallel.dp_replicate=-1"])
     shape = configured_shape(cfg.model)
     result = search(cfg, 8, VOCAB, HW, 4, 80.0, top=10_000)
@@ -112,7 +113,7 @@ def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
         plan = make_plan(chosen, 8, 80.0, VOCAB, hardware=HW, gpus_per_node=4)
         assert plan.peak.total == lay.memory_bytes, lay.overrides
         assert plan.time["step_time_s"] == pytest.approx(lay.step_time_s, rel=1e-3)
-    # a pipeline layout's plan counts its send/recv in closed form and predicts a bubble
+    # a pipeline layout's plan measures its send/recv and predicts a bubble
     assert {"send over pp", "recv over pp"} <= set(plan.comm) and plan.time["breakdown"]["bubble_s"] > 0
     # a GPU too small for some layouts: those are dropped, the rest fit
     small = sorted(x.memory_bytes for x in result.layouts)[len(result.layouts) // 2] / 2**30

@@ -142,7 +142,10 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         count = sum(shards.blocks) + 1 if dims.fsdp else 1
         add("all_reduce", "dp_replicate", count, shards.grad_bytes or shards.param_elements * 4)
     if dims.pp > 1:
-        act = btd * e / (dims.tp if step.sequence_parallel else 1)
+        # the hidden states between stages are the residual stream: fp32 under bf16 autocast (fp32
+        # parameters, fp32 residual adds), FSDP's param_dtype where FSDP casts the parameters
+        hidden = m.param_bytes if dims.fsdp else 4
+        act = btd * hidden / (dims.tp if step.sequence_parallel else 1)
         edges = 2 * step.chunks - 1  # stage 0 sends forward / receives backward once; later chunks both ways
         add("send", "pp", micro * edges, act * micro * edges)
         add("recv", "pp", micro * edges, act * micro * edges)

@@ -7,7 +7,11 @@ runs the trainer's step on it: the engine's forward/backward over the rank's mic
 accumulation included), then the gradient-norm clipping. A TorchDispatchMode records each collective op the
 step dispatches (the c10d ops FSDP2, DDP's reducer and the pipeline schedule call, and DTensor's functional
 collectives), with the bytes of its buffers and the ranks of its group. Steps are run until DDP has rebuilt
-its buckets; the last one is reported (the steady state).
+its buckets (one step first without DDP: FSDP's lazy init, AdamW's state); the last one is reported (the
+steady state).
+
+Pipeline layouts: the stages get their shapes statically (see `_static_stage_meta`) instead of by the
+schedule's first-step exchange, which reads back received values that fake tensors do not have.
 
 Bytes are the buffer size nccl-tests calls S (so that time = S x factor / busbw, see estimate.py):
 all-gather: the gathered output; reduce-scatter: the input; all-reduce, broadcast, send, recv: the tensor;
@@ -179,24 +183,26 @@ def measure_step_comm(cfg: Config, world_size: int, rank: int, vocab_size: int) 
         recorder = CollectiveRecorder()
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        stages = _layout_stages(cfg, dims, vocab_size)  # on the meta device, outside the fake mode
+        pp_rank = dims.coordinate("pp")
+        stages = _layout_stages(cfg, dims, vocab_size, pp_rank)  # on the meta device, outside the fake mode
+        first = _layout_stages(cfg, dims, vocab_size, 0) if dims.pp_enabled and pp_rank else None
         with FakeTensorMode(allow_non_fake_inputs=True):
-            step = _fake_step(cfg, dims, stages, recorder)
+            step = _fake_step(cfg, dims, stages, recorder, first)
             with recorder:
-                for _ in range(WARMUP_STEPS):
+                for _ in range(WARMUP_STEPS if _uses_ddp(dims) else 1):  # the others: steady after one
                     step()
                 recorder.calls.clear()
                 step()
         return summarize(recorder.calls, dims)
 
 
-def _fake_step(cfg: Config, dims: ParallelDims, stages, recorder: CollectiveRecorder):
+def _fake_step(cfg: Config, dims: ParallelDims, stages, recorder: CollectiveRecorder, first=None):
     """A function running one training step of this rank (engine forward/backward + clipping) on fake
     tensors: the layout applied as training applies it, the engine training uses."""
     from exatrain.distributed.grad_norm import clip_grad_norm_
     from exatrain.engines.optim import build_optimizer
 
-    engine, parts = _build_engine(cfg, dims, stages)
+    engine, parts = _build_engine(cfg, dims, stages, first)
     optimizer = build_optimizer(parts, cfg.train)
     t = cfg.train
     micro = t.global_batch_size // (t.micro_batch_size * dims.dp)
@@ -264,12 +270,12 @@ def _autocast(cfg: Config):
     return lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
 
-def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int):
+def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int, pp_rank: int):
     """[(stage index, chunk)] of this rank on the meta device, with the layout applied as training applies
     it (without torch.compile, which changes no collective), except replication without pipeline parallel:
     DDP (see DdpBuckets) and the TP replicas' gradient sync, whose hooks go on the materialised parameters."""
     with torch.device("meta"):
-        stages = build_rank_stages(cfg, dims, vocab_size, dims.coordinate("pp"))
+        stages = build_rank_stages(cfg, dims, vocab_size, pp_rank)
     for _, chunk in stages:
         apply_training_layout(
             chunk,
@@ -280,7 +286,7 @@ def _layout_stages(cfg: Config, dims: ParallelDims, vocab_size: int):
     return stages
 
 
-def _build_engine(cfg: Config, dims: ParallelDims, stages):
+def _build_engine(cfg: Config, dims: ParallelDims, stages, first=None):
     """(engine, model parts) of this rank, as train/build.py builds them, materialised as fake tensors."""
     from exatrain.train.data_parallel_engine import DataParallelEngine
 
@@ -294,7 +300,7 @@ def _build_engine(cfg: Config, dims: ParallelDims, stages):
 
             sync_replica_gradients(model, dims.mesh("dp"))  # as exatrain.distributed.wrap._replicate does
         return DataParallelEngine(model, torch.device("cpu"), 0, loss_parallel, _autocast(cfg)), [model]
-    return _pipeline_engine(cfg, dims, stages, loss_parallel)
+    return _pipeline_engine(cfg, dims, stages, loss_parallel, first)
 
 
 def _materialise(chunk: torch.nn.Module) -> None:
@@ -321,7 +327,7 @@ def _uses_ddp(dims: ParallelDims) -> bool:
     return dims.ddp and not dims.tp_enabled and not dims.pp_enabled
 
 
-def _pipeline_engine(cfg: Config, dims: ParallelDims, stages, loss_parallel: bool):
+def _pipeline_engine(cfg: Config, dims: ParallelDims, stages, loss_parallel: bool, first=None):
     import exatrain
     from exatrain.models.transformer import lm_loss
     from exatrain.train.pipeline_engine import PipelineEngine
@@ -339,8 +345,70 @@ def _pipeline_engine(cfg: Config, dims: ParallelDims, stages, loss_parallel: boo
         dims.microbatches(p),
         lm_loss,
     )
+    _static_stage_meta(pipeline, cfg, dims, stages, first, _autocast(cfg))
     holder = torch.nn.ModuleList(chunks)
     return PipelineEngine(holder, pipeline, 0, loss_parallel, _autocast(cfg)), chunks
+
+
+def _static_stage_meta(pipeline, cfg: Config, dims: ParallelDims, stages, first, autocast) -> None:
+    """Give this rank's pipeline stages the shapes of what they receive and send, and skip the schedule's
+    warm-up vote (torch 2.13's pipelining: the stages vote for STATIC or DYNAMIC metadata and, DYNAMIC,
+    exchange their shapes as pickled objects in the first step; a fake tensor has no value to read back).
+
+    Real ranks infer the same shapes in their first step (DYNAMIC); after it, both run the same steady
+    state, the only step the plan reports. Shapes: a micro-batch's pipeline microbatch of tokens into
+    stage 0; every later stage receives stage 0's output (the LM's hidden states between blocks), which is
+    computed here by running stage 0 (this rank's, or `first`, pipeline rank 0's stage 0) on fake tokens;
+    each stage's output is its own forward's on that input."""
+    from torch.distributed.pipelining import _utils as pipe_utils
+
+    if not hasattr(pipe_utils, "_StageMeta") or not hasattr(pipeline.schedule, "_warmup_p2p"):
+        raise NotImplementedError("torch.distributed.pipelining without static stage metadata (torch < 2.13)")
+    t = cfg.train
+    tokens = torch.zeros(
+        (t.micro_batch_size // dims.microbatches(cfg.parallel), cfg.data.seq_len), dtype=torch.long
+    )
+    with torch.no_grad(), autocast(), _loss_parallel(cfg, dims):
+        chunk0 = stages[0][1] if stages[0][0] == 0 else _materialised(first)
+        hidden = chunk0(tokens)
+        for stage, (index, chunk) in zip(pipeline.stages, stages):
+            x = tokens if index == 0 else torch.empty_like(hidden)
+            y = chunk(x)
+            stage._user_meta = pipe_utils._StageMeta(inputs=(_meta(x),), outputs=(_meta(y),))
+
+    def static(stages, has_backward, p2p_done):
+        for stage in stages:
+            stage._inference_mode = pipe_utils.InferenceMode.STATIC
+
+    pipeline.schedule._warmup_p2p = static
+
+
+def _meta(x: torch.Tensor):
+    """A stage tensor's metadata as the training forward has it (computed here under no_grad): floating
+    point tensors require gradients (activations and their inputs are part of the backward)."""
+    from torch.distributed.pipelining import _utils as pipe_utils
+
+    return dc_replace(pipe_utils.extract_tensor_meta(x), requires_grad=x.is_floating_point())
+
+
+def _materialised(stages):
+    """Stage 0's chunk of pipeline rank 0's `stages`, materialised (all of them: FSDP's lazy init checks
+    every chunk of the model it was applied to)."""
+    for _, chunk in stages:
+        _materialise(chunk)
+    return stages[0][1]
+
+
+def _loss_parallel(cfg: Config, dims: ParallelDims):
+    """torch's loss_parallel context where the layout computes the loss on vocabulary shards (as the
+    engine's context does), else a no-op."""
+    import contextlib
+
+    if dims.tp_enabled and cfg.parallel.loss_parallel:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
+    return contextlib.nullcontext()
 
 
 def comm_table(collectives: list[Collective]) -> dict[str, dict]:
