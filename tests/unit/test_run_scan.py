@@ -18,3 +18,14 @@ def test_whole_labelled_lines_and_exatrain_notes_pass():
     out = "[rank 0] sum 0 3.0\n[rank 1] sum 1 3.0\nplain line\n"
     err = "exatrain: [rank 1] note: binding cores 0-1\nexatrain: note: 2 ranks on 2 cores\n"
     assert findings(out, err) == []
+
+
+def test_a_third_party_warning_listed_with_its_source_passes():
+    """DeepSpeed's own call of a deprecated torch API warns under plain torchrun too: not exatrain's."""
+    err = (
+        "/x/torch/distributed/c10d_logger.py:83: FutureWarning: "
+        "`torch.distributed.all_gather_into_tensor` is deprecated. Please use "
+        "`torch.distributed.all_gather_single` instead.\n"
+    )
+    assert findings("", err) == []
+    assert len(findings("", err.replace("all_gather_into_tensor", "reduce_op"))) == 1
