@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -189,7 +190,7 @@ def _poll(cluster, jobs: dict) -> None:
     """Signal each job as soon as it has logged SIGNAL_AT steps (its metrics file is read at every call,
     SLURM's job states every 2 s), release it when it is requeued (PENDING after the signal), record final
     states. Each job's record gets 'state', 'nodes' and 'signalled_at'."""
-    pending = [j for j in jobs.values() if "state" not in j]
+    pending = [j for j in list(jobs.values()) if "state" not in j]  # the submitter may add one meanwhile
     for j in pending:
         if "signalled_at" not in j and _last_step(j["run"] / "metrics.jsonl") >= SIGNAL_AT:
             assert cluster.run(["scancel", "-s", "USR2", j["job"]]).returncode == 0
@@ -230,11 +231,25 @@ def twin_runs(slurm_cluster, tmp_path_factory):
     for kind in {kind for kind, _ in IMAGES.values()}:
         session_venv(kind)  # made once, before the first job starts
     jobs: dict = {}
-    for key in [*CASES, *(("probe", *case) for case in PROBES)]:
-        # each submit takes seconds (the image check): the jobs already running are followed meanwhile
-        probe = key[0] == "probe"
-        jobs[key] = _submit(slurm_cluster, key[1:] if probe else key, base, probe=probe)
+    failed: list[BaseException] = []
+
+    def submit_all():
+        try:
+            for key in [*CASES, *(("probe", *case) for case in PROBES)]:
+                probe = key[0] == "probe"
+                jobs[key] = _submit(slurm_cluster, key[1:] if probe else key, base, probe=probe)
+        except BaseException as e:  # re-raised below, in the test's thread
+            failed.append(e)
+
+    # each submit takes seconds (the image check), long enough on an idle machine for a job submitted
+    # earlier to run past SIGNAL_AT to its end: the running jobs are followed meanwhile, from this thread
+    submitter = threading.Thread(target=submit_all, daemon=True)
+    submitter.start()
+    while submitter.is_alive():
         _poll(slurm_cluster, jobs)
+        time.sleep(0.2)
+    if failed:
+        raise failed[0]
     _drive(slurm_cluster, jobs)
     return jobs
 
