@@ -21,22 +21,30 @@ pytestmark = pytest.mark.slurm
 SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "plain_hang.py"
 
 
-def test_dump_of_a_job_id_names_the_stalled_rank_on_its_node(slurm_cluster, tmp_path):
+def submit_two_node_run(
+    cluster, tmp_path: Path, run: Path, options: list[str], script: Path, args: list[str]
+) -> str:
+    """`exatrain submit` of a 2-node srun-mode job (one rank per node, the testbed profile) whose ranks run
+    `exatrain run OPTIONS --run-dir RUN -- SCRIPT ARGS` (the script copied beside the job); the job id."""
     profile = tmp_path / "testbed.toml"
     profile.write_text(PROFILE.format(visibility="gpus-per-node"))
-    shutil.copy(SCRIPT, tmp_path / SCRIPT.name)
-    run, marker = tmp_path / "runs" / "stuck", tmp_path / "stalled"
-    command = ["exatrain", "run", "--hang-timeout", "300", "--run-dir", str(run), "--"]
-    command += [SCRIPT.name, "600", str(marker)]
+    shutil.copy(script, tmp_path / script.name)
+    command = ["exatrain", "run", *options, "--run-dir", str(run), "--", script.name, *args]
     (tmp_path / "job.toml").write_text(
         f'[job]\nnodes = 2\ngpus_per_node = 1\ntime = 10\nprofile = "{profile}"\n'
         f"command = {command!r}\n".replace("'", '"')
         + '[job.env]\nOMP_NUM_THREADS = "1"\n'
         f'[run]\ndir = "{run}"\n'
     )
-    r = _exatrain(slurm_cluster, "submit", "-c", "job.toml", cwd=tmp_path)
+    r = _exatrain(cluster, "submit", "-c", "job.toml", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    job = r.stdout.split("submitted job ")[1].split()[0]
+    return r.stdout.split("submitted job ")[1].split()[0]
+
+
+def test_dump_of_a_job_id_names_the_stalled_rank_on_its_node(slurm_cluster, tmp_path):
+    run, marker = tmp_path / "runs" / "stuck", tmp_path / "stalled"
+    options, args = ["--hang-timeout", "300"], ["600", str(marker)]
+    job = submit_two_node_run(slurm_cluster, tmp_path, run, options, SCRIPT, args)
     try:
         deadline = time.monotonic() + 300
         pids = run / "hang" / "attempt-0"

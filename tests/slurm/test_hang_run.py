@@ -12,13 +12,11 @@ Not reproduced: GPUs and NCCL's flight recorder (gloo's is used), a really broke
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from exatrain.errors import EXIT_HANG
 from tests.distributed.test_hangs import RESTART_SCRIPT, _line_of
-from tests.slurm.test_submit import PROFILE, _exatrain
+from tests.slurm.test_dump_job import submit_two_node_run
 
 pytestmark = pytest.mark.slurm
 
@@ -26,21 +24,11 @@ TIMEOUT_S = 20
 
 
 def test_exatrain_run_watcher_declares_a_hang_under_srun(slurm_cluster, tmp_path):
-    profile = tmp_path / "testbed.toml"
-    profile.write_text(PROFILE.format(visibility="gpus-per-node"))
-    shutil.copy(RESTART_SCRIPT, tmp_path / RESTART_SCRIPT.name)
     run = tmp_path / "runs" / "hung"
-    command = ["exatrain", "run", "--hang-timeout", str(TIMEOUT_S), "--run-dir", str(run), "--"]
-    command += [RESTART_SCRIPT.name, str(run), "12"]  # no third argument: no watch_hangs of its own
-    (tmp_path / "job.toml").write_text(
-        f'[job]\nnodes = 2\ngpus_per_node = 1\ntime = 10\nprofile = "{profile}"\n'
-        f"command = {command!r}\n".replace("'", '"')
-        + '[job.env]\nOMP_NUM_THREADS = "1"\n'
-        f'[run]\ndir = "{run}"\n'
+    # no third argument: the script starts no watch_hangs of its own
+    job = submit_two_node_run(
+        slurm_cluster, tmp_path, run, ["--hang-timeout", str(TIMEOUT_S)], RESTART_SCRIPT, [str(run), "12"]
     )
-    r = _exatrain(slurm_cluster, "submit", "-c", "job.toml", cwd=tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
-    job = r.stdout.split("submitted job ")[1].split()[0]
     state = slurm_cluster.wait(job, timeout=180)
     log_path = tmp_path / "runs" / f"exatrain-{job}.out"
     log = log_path.read_text() if log_path.is_file() else f"(no {log_path})"
