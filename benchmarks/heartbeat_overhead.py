@@ -5,7 +5,8 @@ the same step with neither OFF.
 One process, one Trainer (the tiny reference model by default, where a fixed per-step cost weighs most);
 both sides run the trainer's own step pieces. Repetitions are interleaved (A B, B A, ...) so machine noise
 hits both alike; the result is the ratio of median step times (on / off), by wall time and by the process's
-CPU time, which counts the watcher thread too (benchmarks/clock.py). Goal (issue 25): <= 1.01.
+CPU time, which counts the watcher thread too (benchmarks/clock.py). Goal (issue 25): <= 1.01. The last
+two lines time the marks and `exatrain.backward`'s wait timing alone.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.heartbeat_overhead [--size tiny] [--steps 20] [--reps 7]
 """
@@ -85,6 +86,7 @@ def main():
         )
         print(report(times, "on", "off", "goal <= 1.01"))
         print(_mark_cost(times["off"]))
+        print(_backward_wait_cost(times["off"]))
 
 
 def _mark_cost(off_times) -> str:
@@ -103,6 +105,34 @@ def _mark_cost(off_times) -> str:
     return (
         f"the 5 marks of one step: {per_step * 1e6:.2f} us = {per_step / off:.2e} of the median OFF step "
         f"({off * 1e3:.1f} ms)"
+    )
+
+
+def _backward_wait_cost(off_times) -> str:
+    """What `exatrain.backward` adds to a backward pass (a hook on the loss, an engine callback, two clock
+    reads; on both sides above, since the trainer's engines always use it): a tiny backward with and without
+    it, best of 5 in a tight loop."""
+    import statistics
+    import timeit
+
+    from exatrain.observe import backward_wait
+
+    w = torch.ones(3, requires_grad=True)
+
+    def plain():
+        (w * 2).sum().backward()
+
+    def timed_backward():
+        backward_wait.backward((w * 2).sum())
+
+    n = 20_000
+    cost = [min(timeit.repeat(f, number=n, repeat=5)) / n for f in (timed_backward, plain)]
+    backward_wait.take()
+    off = statistics.median(t.wall for t in off_times)
+    extra = cost[0] - cost[1]
+    return (
+        f"exatrain.backward's wait timing: {extra * 1e6:.2f} us per backward (tiny backward "
+        f"{cost[1] * 1e6:.2f} -> {cost[0] * 1e6:.2f} us) = {extra / off:.2e} of the median OFF step"
     )
 
 

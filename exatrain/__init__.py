@@ -46,6 +46,7 @@ _EXPORTS = {
     "Progress": "exatrain.observe.progress",
     "StepMetrics": "exatrain.observe.step_metrics",
     "step": "exatrain.observe.heartbeat",
+    "backward": "exatrain.observe.backward_wait",
     "watch_hangs": "exatrain.observe.hang",
     "ExatrainError": "exatrain.errors",
 }

@@ -233,7 +233,8 @@ class ObserveConfig:
     )
     straggler_ratio: float = doc(
         1.2,
-        "A rank whose host phases make every step this many times longer than without it is a straggler: "
+        "A rank whose own time in a phase (data, checkpoint, or forward_backward less its wait for the "
+        "other ranks) makes every step this many times longer than without it is a straggler: "
         "named in the progress line, and flagged once (host, GPU) after straggler_intervals log intervals "
         "in a row; > 1.",
     )

@@ -4,8 +4,11 @@ Between log steps nothing leaves the device and nothing crosses ranks: the loss 
 tensor, phase times are host clocks (data wait, checkpoint stall) or CUDA events (forward+backward,
 optimizer: the host would only see kernel launches), token counts are Python numbers. On a log step ONE
 all_gather of a small vector per rank (followed by one `.tolist()`) yields the global mean loss, global
-tokens/s and samples/s, the mean step-time breakdown, MFU, peak device memory and the spread between the
-slowest and the fastest rank.
+tokens/s and samples/s, the mean step-time breakdown, MFU, peak device memory, the spread between the
+slowest and the fastest rank, and the straggler: the rank whose own time in a phase exceeds the median
+rank's the most. A rank's own forward/backward time is that phase less the time its backward waited for
+the other ranks' gradients (`observe.backward_wait`, measured where the backward runs inside
+`exatrain.backward(loss)`, as the reference trainer's engines do).
 
 Usage in your own loop::
 
@@ -14,7 +17,7 @@ Usage in your own loop::
         with metrics.phase("data"):
             x, y = next(batches)
         with metrics.phase("forward_backward"):
-            loss = model(x, y); loss.backward()
+            loss = model(x, y); exatrain.backward(loss)   # loss.backward(), its wait for the others timed
         with metrics.phase("optimizer"):
             opt.step(); opt.zero_grad()
         metrics.add_loss(loss)
@@ -31,7 +34,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from exatrain.observe import heartbeat
+from exatrain.env.affinity import physical_gpu
+from exatrain.observe import backward_wait, heartbeat
 from exatrain.observe.flops import device_peak_flops
 from exatrain.observe.progress import STRAGGLER_RATIO
 
@@ -42,8 +46,9 @@ STRAGGLER_INTERVALS = 3
 PHASES = ("data", "forward_backward", "optimizer", "checkpoint")
 HOST_PHASES = frozenset({"data", "checkpoint"})
 # per-rank vector gathered on log steps: loss sum, loss count, tokens, samples, busy seconds, peak bytes,
-# window seconds, then one entry per phase (seconds)
+# window seconds, then one entry per phase (seconds), then backward's tail wait (seconds, passes timed)
 _FIXED = 7
+_WAIT = _FIXED + len(PHASES)
 
 
 class StepMetrics:
@@ -176,6 +181,7 @@ class StepMetrics:
             window_s,
         ]
         host += [phases[p] for p in PHASES]
+        host += backward_wait.take()
         host_t = torch.tensor(host, dtype=torch.float64, device=self.device)
         return torch.cat([self._loss_sum.reshape(1), host_t])
 
@@ -236,16 +242,16 @@ class StepMetrics:
         return tuple(self._places.get(rank, ("?", "?")))
 
     def _straggler(self, rows: list[list[float]], step_s: float) -> dict:
-        """The rank whose time in a host phase (data, checkpoint) exceeds the median rank's (the lower median
-        for an even count) the most, per step: `straggler_rank` (None when none does), `straggler_phase`,
-        `straggler_excess_s` and `straggler_ratio` = step_s / (step_s - excess), how much longer the job's
-        steps take than without that excess (every rank waits for it). Device phases are left out: there
-        the other ranks' waits for the straggler (inside DDP's all_reduce) hide it."""
+        """The rank whose own time in a phase exceeds the median rank's (the lower median for an even count)
+        the most, per step: `straggler_rank` (None when none does), `straggler_phase`, `straggler_excess_s`
+        and `straggler_ratio` = step_s / (step_s - excess), how much longer the job's steps take than
+        without that excess (every rank waits for it). Host phases (data, checkpoint) count as measured.
+        forward_backward counts less backward's tail wait, and only when every rank timed its backward
+        (`exatrain.backward`): the other ranks wait for a slow one inside the gradient all-reduce, so the
+        raw phase is the slowest rank's on every rank. The optimizer phase is left out (its collectives,
+        e.g. a sharded gradient norm, hide a slow rank the same way, untimed)."""
         best = (0.0, None, None)
-        for i, phase in enumerate(PHASES):
-            if phase not in HOST_PHASES:
-                continue
-            times = [r[_FIXED + i] / self._window_steps for r in rows]
+        for phase, times in self._own_times(rows).items():
             median = sorted(times)[(len(times) - 1) // 2]
             rank = max(range(len(times)), key=times.__getitem__)
             best = max(best, (times[rank] - median, rank, phase), key=lambda b: b[0])
@@ -264,6 +270,15 @@ class StepMetrics:
             "straggler_ratio": step_s / max(step_s - excess, 1e-9),
         }
 
+    def _own_times(self, rows: list[list[float]]) -> dict[str, list[float]]:
+        """Per phase that can name a straggler: each rank's own seconds in it per step (see _straggler)."""
+        steps = self._window_steps
+        own = {p: [r[_FIXED + i] / steps for r in rows] for i, p in enumerate(PHASES) if p in HOST_PHASES}
+        if all(r[_WAIT + 1] > 0 for r in rows):  # every rank timed its backward's wait
+            i = _FIXED + PHASES.index("forward_backward")
+            own["forward_backward"] = [(r[i] - r[_WAIT]) / steps for r in rows]
+        return own
+
     def _mfu(self, tokens_per_s: float, ranks: int) -> float | None:
         if not self.flops_per_token or not self.peak_flops:
             return None
@@ -280,10 +295,11 @@ def _gather(local: torch.Tensor, group) -> list[list[float]]:
 
 
 def _device_name(device: torch.device) -> str:
-    """'GPU 3' (this process's CUDA/ROCm device index) or 'CPU'."""
+    """'GPU 3' (the node's GPU behind this process's CUDA/ROCm device, after CUDA/HIP/ROCR_VISIBLE_DEVICES
+    narrowed them: the number nvidia-smi and rocm-smi show) or 'CPU'."""
     if device.type != "cuda":
         return device.type.upper()
-    return f"GPU {device.index if device.index is not None else torch.cuda.current_device()}"
+    return f"GPU {physical_gpu(device.index if device.index is not None else torch.cuda.current_device())}"
 
 
 def _global_rank(group_rank: int, group) -> int:

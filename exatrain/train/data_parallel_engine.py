@@ -59,10 +59,14 @@ class DataParallelEngine(Engine):
         forward = self.ddp or self.model
         total = torch.zeros((), device=micro_batches[0][0].device)
         for i, (x, y) in enumerate(micro_batches):
-            with self._sync_gradients(i == len(micro_batches) - 1), self._loss_context():
+            last = i == len(micro_batches) - 1
+            with self._sync_gradients(last), self._loss_context():
                 with self.autocast():
                     loss = forward(x, y) / len(micro_batches)
-                loss.backward()
+                if last:  # the one backward that waits for the other ranks: time that wait (StepMetrics)
+                    exatrain.backward(loss)
+                else:
+                    loss.backward()
             total += local_tensor(loss.detach())  # replicated DTensor under loss parallel: the full value
         return total
 

@@ -142,3 +142,22 @@ def test_the_trainer_refuses_a_straggler_setting_that_cannot_work(override, key,
     code = main(["train", f"--run.dir={tmp_path}", override])
     err = capsys.readouterr().err
     assert code == 2 and key in err and "HINT:" in err, err
+
+
+@pytest.mark.parametrize(
+    "environ, index, expected",
+    [
+        ({}, 1, "GPU 1"),
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, 1, "GPU 5"),  # SLURM's gres binding of a task to GPUs 4 and 5
+        ({"ROCR_VISIBLE_DEVICES": "6"}, 0, "GPU 6"),  # LUMI-G: one GCD per task, seen as device 0
+    ],
+)
+def test_a_flagged_straggler_is_named_by_the_nodes_gpu_number(monkeypatch, environ, index, expected):
+    from exatrain.observe.step_metrics import _device_name
+
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert _device_name(torch.device("cuda", index)) == expected
+    assert _device_name(torch.device("cpu")) == "CPU"

@@ -23,6 +23,7 @@ from exatrain.config import Config
 from exatrain.engines.deepspeed.config import deepspeed_config
 from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.engines.protocol import Engine
+from exatrain.observe import backward_wait
 
 
 class DeepSpeedEngine(Engine):
@@ -54,7 +55,8 @@ class DeepSpeedEngine(Engine):
         total = torch.zeros((), device=micro_batches[0][0].device)
         for x, y in micro_batches:
             loss = self.ds(x, y)
-            self.ds.backward(loss)  # DeepSpeed divides by the accumulation steps
+            with backward_wait.timed(loss):  # its wait for the others: the straggler accounting's
+                self.ds.backward(loss)  # DeepSpeed divides by the accumulation steps
             self.ds.step()
             total += loss.detach().float() / len(micro_batches)
         norm = self.ds.get_global_grad_norm()  # before clipping, of the whole model

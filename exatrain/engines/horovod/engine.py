@@ -19,6 +19,7 @@ import exatrain
 from exatrain.config import Config
 from exatrain.engines.optim import build_optimizer, build_scheduler
 from exatrain.engines.protocol import Engine
+from exatrain.observe import backward_wait
 
 
 class HorovodEngine(Engine):
@@ -56,7 +57,8 @@ class HorovodEngine(Engine):
                 loss = self.model(x, y) / len(micro_batches)
             loss.backward()
             total += loss.detach()
-        self.optimizer.synchronize()  # gradients averaged over the ranks
+        with backward_wait.waiting():  # the wait for the others, for the straggler accounting
+            self.optimizer.synchronize()  # gradients averaged over the ranks
         if self.clip > 0:
             self.grad_norm = exatrain.clip_grad_norm_(self.model, self.clip)
         with self.optimizer.skip_synchronize():
