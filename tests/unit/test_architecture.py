@@ -47,7 +47,7 @@ CLUSTER_VAR = re.compile(
 WHOLE_ENVIRONMENT = {
     "launch/local.py": "copied as the environment of the torchrun agent it starts",
     "distributed/process_group.py": "handed to env's visibility_problem, which reads it",
-    "cli/commands.py": "copied as the environment `exatrain run` execs the user's script with",
+    "cli/run_commands.py": "copied as the environment `exatrain run` execs the user's script with",
     "tools/scale.py": "copied as the environment of the study's runs (with OMP_NUM_THREADS set)",
 }
 PRIVATE_TO_TRAINER = ("exatrain.distributed", "exatrain.checkpoint")  # reached through `import exatrain` only
