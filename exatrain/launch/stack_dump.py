@@ -10,7 +10,9 @@ sleeping, at once) and records the rank's pid and host in pid-rank-N.json. Then:
   JOBID` (tools.dump) runs `signal_run` on every node of a SLURM job, then diagnoses without signalling;
 - when the script dies of a collective timeout (`on_collective_timeout`), its traceback goes to its stacks
   file instead of the terminal, and the first rank to get there does what `exatrain dump` does for the
-  others. Every such rank exits with EXIT_HANG: one paragraph instead of N identical tracebacks.
+  others. Every such rank exits with EXIT_HANG: one paragraph instead of N identical tracebacks; the
+  ranks that did not time out (the one the others waited for) leave with EXIT_HANG too once the diagnosis
+  is written (`launch.hang_exit`: MPICH's mpiexec would wait for them forever).
 
 The diagnosis names the ranks whose main thread is outside any torch.distributed call (the ranks the others
 wait for) and where each stands. `exatrain dump RUN_DIR` signals only ranks on its own host (the local
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from exatrain.env.watch import HangRequest, hang_request, run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.launch import hang_exit
 from exatrain.launch.stacks import frames_of, pyspy_path, stall_frame, where
 
 DUMP_SIGNAL = signal.SIGUSR1
@@ -69,6 +72,7 @@ def install() -> HangRequest | None:
     faulthandler.register(DUMP_SIGNAL, file=stacks, all_threads=True)
     record = {"rank": req.rank, "pid": os.getpid(), "host": req.host, "token": run_token()}
     _write_json(d / f"pid-rank-{req.rank}.json", record)
+    hang_exit.start(d, record["token"], DECLARED)  # the rank the others wait for leaves with them
     return req
 
 
@@ -83,6 +87,7 @@ def is_collective_timeout(e: BaseException) -> bool:
 def on_collective_timeout(e: BaseException, req: HangRequest) -> int:
     """The script died of a collective timeout: its traceback to its stacks file, the diagnosis (by the
     first rank here: it signals the others) printed once; returns EXIT_HANG."""
+    hang_exit.reporting()  # this rank leaves by returning, after its files: not by hang_exit's thread
     d = attempt_dir(req)
     frames = [(f.filename, f.lineno, f.name) for f in reversed(traceback.extract_tb(e.__traceback__))]
     text = f"Collective timeout in rank {req.rank}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
