@@ -31,11 +31,19 @@ INTERVAL_S = 2.0
 #: after the declaration, how long a rank waits for the leader's diagnosis before it leaves without one
 GRACE_S = 20.0
 _reporting = threading.Event()  # set while this rank reports its own timeout: it leaves by that path
+_watched = threading.Event()  # set while a hang watcher runs here: it ends the process itself
 
 
 def reporting() -> None:
     """This rank reports its own collective timeout (it exits with EXIT_HANG itself, after its files)."""
     _reporting.set()
+
+
+def watched(running: bool = True) -> None:
+    """A hang watcher (observe.hang) runs in this process, or (`running=False`) no longer does. While one
+    runs, this thread leaves the process alone: the watcher reports the rank, the leader's diagnosis may take
+    longer than GRACE_S to gather every rank, and the watcher then ends the process itself."""
+    (_watched.set if running else _watched.clear)()
 
 
 def start(
@@ -62,7 +70,7 @@ def _watch(path: Path, token: str, earlier: tuple[int, int] | None, interval_s: 
     deadline = time.monotonic() + GRACE_S
     while (_identity(path.with_name("diagnosis.txt")) or (0, 0))[1] < since and time.monotonic() < deadline:
         time.sleep(0.2)
-    if not _reporting.is_set():
+    if not (_reporting.is_set() or _watched.is_set()):
         leave()
 
 

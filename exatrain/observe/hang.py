@@ -27,6 +27,7 @@ from pathlib import Path
 from exatrain.config.validate import check_hang_timeout
 from exatrain.env.watch import node_name, run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.launch import hang_exit
 from exatrain.launch.stacks import pyspy_path
 from exatrain.observe import heartbeat
 from exatrain.observe.hang_report import diagnose, pyspy_frames, stall_frame, suspect_nodes, where
@@ -377,6 +378,7 @@ def start_watcher(
         _active = HangWatcher(
             run_dir, rank, world_size, timeout_s, host=host, attempt=attempt, end_time=end_time
         ).start()
+        hang_exit.watched()  # the watcher, not hang_exit's thread, ends this process after a hang
     return _active
 
 
@@ -386,6 +388,7 @@ def stop_watcher() -> None:
     if _active is not None:
         _active.stop()
         _active = None
+        hang_exit.watched(False)
 
 
 def watch_hangs(ctx, run_dir, timeout_s: float | str = AUTO) -> HangWatcher:

@@ -16,6 +16,7 @@ TOKEN = "127.0.0.1/29500"
 def left(monkeypatch):
     """The leave calls of the threads started with `_start` (an Event per thread)."""
     monkeypatch.setattr(hang_exit, "_reporting", threading.Event())
+    monkeypatch.setattr(hang_exit, "_watched", threading.Event())
     monkeypatch.setattr(hang_exit, "GRACE_S", 20.0)
     return []
 
@@ -78,3 +79,20 @@ def test_a_rank_reporting_its_own_timeout_is_left_to_that_path(tmp_path, left):
     (tmp_path / "diagnosis.txt").write_text("exatrain: HANG ...\n")
     thread.join(5)
     assert not thread.is_alive() and not done.is_set()
+
+
+def test_a_process_with_a_hang_watcher_is_left_to_the_watcher(tmp_path, left):
+    """observe.hang's watcher ends its process itself, after gathering every rank's report, which may take
+    longer than the grace: this thread must not end the leader half-way."""
+    from exatrain.observe.hang import start_watcher, stop_watcher
+
+    thread, done = _start(tmp_path, left)
+    start_watcher(tmp_path / "run", 0, 1, 3600, host="here")
+    try:
+        _declare(tmp_path)
+        (tmp_path / "diagnosis.txt").write_text("exatrain: HANG ...\n")
+        thread.join(5)
+        assert not thread.is_alive() and not done.is_set()
+    finally:
+        stop_watcher()
+    assert not hang_exit._watched.is_set()  # a stopped watcher hands the exit back
