@@ -143,3 +143,45 @@ def test_search_cli_json_and_bad_input(exatrain_cli, tmp_path):
     assert all({"degrees", "memory_bytes", "why", "overrides", "breakdown"} <= set(x) for x in lays)
     r = exatrain_cli(*args)
     assert r.returncode == 2 and "--site" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
+
+
+PIPELINE_FSDP = {  # (world size, overrides): FSDP inside one-chunk pipeline schedules
+    "1f1b": (4, ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4"]),
+    "1f1b_4_microbatches_accumulating": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_microbatches=4"]
+        + ["train.global_batch_size=16"],
+    ),
+    "gpipe_bf16_3_blocks": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_schedule=gpipe"]
+        + ["parallel.param_dtype=bf16", "model.n_layers=6"],
+    ),
+    "4_stages": (8, ["parallel.pp=4", "parallel.dp_shard=2", "train.micro_batch_size=4"]),
+}
+
+
+@pytest.mark.parametrize("name", PIPELINE_FSDP)
+def test_closed_form_fsdp_inside_a_pipeline_matches_the_measured_step(name):
+    """FSDP's gathers and reduce-scatters on every pipeline rank equal the measured step's, count and bytes
+    (the measured plan equals real gloo ranks: tests/distributed/test_plan_comm.py)."""
+    from exatrain.tools.plan.planner import step_shape
+
+    world, overrides = PIPELINE_FSDP[name]
+    defaults = ["parallel.dp_replicate=1", "train.global_batch_size=8"]
+    cfg = load_config(None, BASE + defaults + overrides)
+    dims = preflight(cfg, world)
+    m, step = model_of(cfg, VOCAB), step_shape(cfg, dims)
+    for pp_rank in range(dims.pp):
+        shards = analytic.rank_shards(m, dims, 1, pp_rank)
+        counted = {
+            c.kind: (c.count, c.bytes)
+            for c in analytic.collectives(m, dims, step, shards)
+            if c.dim == "dp_shard"
+        }
+        measured = {}
+        for c in measure_step_comm(cfg, world, pp_rank * (world // dims.pp), VOCAB):
+            if c.dim == "dp_shard" and c.kind in ("all_gather", "reduce_scatter"):
+                count, nbytes = measured.get(c.kind, (0, 0))
+                measured[c.kind] = (count + c.count, nbytes + c.bytes)
+        assert counted == measured, (pp_rank, counted, measured)

@@ -130,7 +130,9 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
     e = m.elem_bytes
     if dims.tp > 1:
         _tensor_parallel(add, micro, btd, e, m, step, shards)
-    if dims.fsdp:
+    if dims.fsdp and dims.pp > 1 and step.chunks == 1:
+        _fsdp_in_pipeline(add, m, dims, step, shards)
+    elif dims.fsdp:
         n_units = sum(shards.blocks) + 1  # the blocks and the root (embeddings, norm, head)
         units = shards.all_units_bytes * m.param_bytes // 4
         block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
@@ -153,6 +155,24 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         Collective(kind, dim, getattr(dims, dim), int(c), int(b), _group(dims, dim))
         for (kind, dim), (c, b) in rows.items()
     ]
+
+
+def _fsdp_in_pipeline(add, m: Model, dims: ParallelDims, step: StepShape, shards: RankShards) -> None:
+    """The FSDP rows of `collectives` for a one-chunk pipeline schedule (GPipe, 1F1B), per micro-batch of
+    gradient accumulation (each is one schedule step). torch's pipeline stage runs every backward with
+    `reshard_after_backward=False` and reduces once after the last one, so a unit that reshards after
+    forward (the root and every block but the last) is gathered by the first forward, and again by every
+    operation that follows a forward (each forward reshards it, each backward leaves it gathered): with the
+    schedule ending on a backward, 1 + microbatches times. The last block, kept after forward, is gathered
+    once. Every unit reduce-scatters once per schedule step. A stage without embeddings or head has an
+    empty root, which communicates nothing."""
+    block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
+    units = shards.all_units_bytes * m.param_bytes // 4
+    root = units - sum(shards.blocks) * block
+    resharding = sum(shards.blocks) - 1 + (1 if root else 0)
+    times, acc = 1 + step.microbatches, step.accumulation
+    add("all_gather", "dp_shard", (resharding * times + 1) * acc, ((units - block) * times + block) * acc)
+    add("reduce_scatter", "dp_shard", (resharding + 1) * acc, shards.all_units_bytes * acc)
 
 
 def _tensor_parallel(
