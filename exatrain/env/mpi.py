@@ -70,6 +70,7 @@ class MPIEnvironment(ClusterEnvironment):
         raise ClusterEnvError(
             "MASTER_ADDR is not set, and mpirun does not say which host rank 0 runs on "
             f"({self.world_size} ranks)",
-            "export MASTER_ADDR=$(hostname) on the first node and pass it on (mpirun -x MASTER_ADDR), "
+            "export MASTER_ADDR=$(hostname) on the first node and pass it on (Open MPI: mpirun -x "
+            "MASTER_ADDR; MPICH, Intel MPI: mpiexec -genv MASTER_ADDR $MASTER_ADDR), "
             "or launch with srun or torchrun, which exatrain reads without help",
         )

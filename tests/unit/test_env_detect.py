@@ -259,6 +259,15 @@ def test_single_rank_mpi_uses_loopback():
     assert (env.kind, env.main_address, env.is_distributed) == ("mpi", "127.0.0.1", False)
 
 
+def test_mpi_without_master_addr_names_how_each_launcher_passes_it_on():
+    environ = {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}
+    with pytest.raises(ClusterEnvError) as e:
+        _ = detect_environment(environ).main_address
+    assert "MASTER_ADDR is not set" in str(e.value) and "(4 ranks)" in str(e.value)
+    assert "mpirun -x MASTER_ADDR" in e.value.hint  # Open MPI
+    assert "mpiexec -genv MASTER_ADDR $MASTER_ADDR" in e.value.hint  # MPICH's Hydra (tests/e2e/test_mpich.py)
+
+
 def test_local():
     env = detect_environment({})
     assert env.kind == "local"
