@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,14 @@ TRAIN = [
     "--train.save_model=false",
     "--data.seq_len=16",
 ]
+
+
+def fake_rsh(tmp_path) -> Path:
+    """FAKE_RSH written as an executable in `tmp_path`: the launchers' ssh agent for two "nodes"."""
+    agent = tmp_path / "fake-rsh"
+    agent.write_text(FAKE_RSH)
+    agent.chmod(0o755)
+    return agent
 
 
 def _mpirun_or_skip() -> str:
@@ -86,9 +95,7 @@ def mpirun_command(tmp_path, args, master: str, nodes: bool) -> tuple[list[str],
     )
     where = ["-n", "4"]
     if nodes:
-        agent = tmp_path / "fake-rsh"
-        agent.write_text(FAKE_RSH)
-        agent.chmod(0o755)
+        agent = fake_rsh(tmp_path)
         where = [
             "--mca",
             "plm_rsh_agent",

@@ -40,7 +40,13 @@ TIMEOUT_S = 10
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """name -> (exit code of mpirun, stdout, stderr, run dir) of the three runs (None: not run)."""
-    tmp = tmp_path_factory.mktemp("mpi-hangs")
+    return start_hang_runs(tmp_path_factory.mktemp("mpi-hangs"), mpirun_command)
+
+
+def start_hang_runs(tmp, command) -> dict:
+    """The three runs (watched, nodes, plain) of 4 ranks started together by `command(tmp, words, master,
+    nodes)` (an MPI launcher's command and environment), each in its run dir under `tmp`: name -> (exit
+    code of the launcher, stdout, stderr, run dir), None where not run (no outside address for "nodes")."""
     watched = ["run", f"--hang-timeout={TIMEOUT_S}", str(HANG_LOOP), "sleep"]
     plain = ["run", "--hang-timeout=auto", str(PLAIN_HANG), "8", str(tmp / "m")]
     outside = _outside_address()  # a master address both "nodes" reach
@@ -50,7 +56,7 @@ def runs(tmp_path_factory):
         if master is None:
             continue
         words = [*words[:2], f"--run-dir={tmp / name}", *words[2:]]
-        cmd, env = mpirun_command(tmp, words, master, nodes=name == "nodes")
+        cmd, env = command(tmp, words, master, nodes=name == "nodes")
         procs[name] = subprocess.Popen(
             cmd, cwd=tmp, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )

@@ -36,17 +36,14 @@ import pytest
 from exatrain.errors import EXIT_HANG
 from tests.conftest import ROOT, clean_environment
 from tests.distributed.helpers import free_port
-from tests.distributed.test_hangs import SCRIPT as HANG_LOOP
 from tests.distributed.test_hangs import check_rank_2_named
-from tests.distributed.test_stack_dump import SCRIPT as PLAIN_HANG
 from tests.distributed.test_stack_dump import check_names_rank_1
-from tests.e2e.test_mpi import FAKE_RSH, SCRIPT, _outside_address
+from tests.e2e.test_mpi import SCRIPT, _outside_address, fake_rsh
+from tests.e2e.test_mpi_hangs import TIMEOUT_S, start_hang_runs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MPIEXEC = "mpiexec.mpich"
-#: the hang timeout: test_mpi_hangs.py's
-TIMEOUT_S = 10
 #: what Hydra says when a rank was killed by a signal (never, when every rank exits with 76)
 BANNER = "BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
 
@@ -65,9 +62,7 @@ def mpiexec_command(tmp_path, args, master: str, nodes: bool) -> tuple[list[str]
     -genv (not in mpiexec's own environment): the command and its environment."""
     where = ["-n", "4"]
     if nodes:
-        agent = tmp_path / "fake-rsh"
-        agent.write_text(FAKE_RSH)
-        agent.chmod(0o755)
+        agent = fake_rsh(tmp_path)
         where = [
             "-launcher",
             "ssh",
@@ -142,32 +137,7 @@ def test_exatrain_run_under_mpiexec_mpich_over_two_nodes(tmp_path):
 def runs(tmp_path_factory):
     """name -> (exit code of mpiexec, stdout, stderr, run dir) of the three runs, started together (None:
     not run)."""
-    tmp = tmp_path_factory.mktemp("mpich-hangs")
-    watched = ["run", f"--hang-timeout={TIMEOUT_S}", str(HANG_LOOP), "sleep"]
-    plain = ["run", "--hang-timeout=auto", str(PLAIN_HANG), "8", str(tmp / "m")]
-    runs = {
-        "watched": (watched, "127.0.0.1"),
-        "nodes": (watched, _outside_address()),
-        "plain": (plain, "127.0.0.1"),
-    }
-    procs = {}
-    for name, (words, master) in runs.items():
-        if master is None:
-            continue
-        words = [*words[:2], f"--run-dir={tmp / name}", *words[2:]]
-        cmd, env = mpiexec_command(tmp, words, master, nodes=name == "nodes")
-        procs[name] = subprocess.Popen(
-            cmd, cwd=tmp, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-    results = dict.fromkeys(runs)
-    try:
-        for name, proc in procs.items():
-            out, err = proc.communicate(timeout=240)
-            results[name] = (proc.returncode, out, err, tmp / name)
-    finally:
-        for proc in procs.values():
-            proc.kill()
-    return results
+    return start_hang_runs(tmp_path_factory.mktemp("mpich-hangs"), mpiexec_command)
 
 
 def _every_rank_exited_76(out: str, err: str, hosts: tuple[str, ...] = (socket.gethostname(),)) -> None:

@@ -130,12 +130,13 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
     e = m.elem_bytes
     if dims.tp > 1:
         _tensor_parallel(add, micro, btd, e, m, step, shards)
+    # FSDP gathers parameters in their dtype: every unit of this rank, and one block
+    units = shards.all_units_bytes * m.param_bytes // 4
+    block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
     if dims.fsdp and dims.pp > 1 and step.chunks == 1:
-        _fsdp_in_pipeline(add, m, dims, step, shards)
+        _fsdp_in_pipeline(add, step, shards, units, block)
     elif dims.fsdp:
         n_units = sum(shards.blocks) + 1  # the blocks and the root (embeddings, norm, head)
-        units = shards.all_units_bytes * m.param_bytes // 4
-        block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
         add("all_gather", "dp_shard", n_units * step.accumulation, units * step.accumulation)  # forward
         # backward gathers again all but the last block (FSDP keeps the last one unsharded after forward)
         add("all_gather", "dp_shard", (n_units - 1) * step.accumulation, (units - block) * step.accumulation)
@@ -157,7 +158,7 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
     ]
 
 
-def _fsdp_in_pipeline(add, m: Model, dims: ParallelDims, step: StepShape, shards: RankShards) -> None:
+def _fsdp_in_pipeline(add, step: StepShape, shards: RankShards, units: int, block: int) -> None:
     """The FSDP rows of `collectives` for a one-chunk pipeline schedule (GPipe, 1F1B), per micro-batch of
     gradient accumulation (each is one schedule step). torch's pipeline stage runs every backward with
     `reshard_after_backward=False` and reduces once after the last one, so a unit that reshards after
@@ -165,9 +166,7 @@ def _fsdp_in_pipeline(add, m: Model, dims: ParallelDims, step: StepShape, shards
     operation that follows a forward (each forward reshards it, each backward leaves it gathered): with the
     schedule ending on a backward, 1 + microbatches times. The last block, kept after forward, is gathered
     once. Every unit reduce-scatters once per schedule step. A stage without embeddings or head has an
-    empty root, which communicates nothing."""
-    block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
-    units = shards.all_units_bytes * m.param_bytes // 4
+    empty root, which communicates nothing. `units`, `block`: gathered bytes of all units, of one block."""
     root = units - sum(shards.blocks) * block
     resharding = sum(shards.blocks) - 1 + (1 if root else 0)
     times, acc = 1 + step.microbatches, step.accumulation
