@@ -21,17 +21,36 @@ def set_variables(values: Mapping[str, str], overwrite: bool = True) -> None:
             os.environ.setdefault(name, value)
 
 
-#: torch's flight recorder buffer (entries per process group): torch 2.13 reads TORCH_FR_BUFFER_SIZE, then
-#: TORCH_NCCL_TRACE_BUFFER_SIZE (its distributed_c10d.py); older releases read only the latter.
+#: torch's flight recorder buffer (entries per process group). Newer releases read TORCH_FR_BUFFER_SIZE first
+#: and warn, on every rank, that TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated when that one is set (seen with
+#: torch 2.11 on an H100); older releases read only TORCH_NCCL_TRACE_BUFFER_SIZE.
 FLIGHT_RECORDER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 #: entries kept: enough for the last steps' collectives of a large job (torchtitan's default is 20000)
 FLIGHT_RECORDER_ENTRIES = "2000"
+#: the first release given the new name here. From torch 2.6 on, NCCL's recorder keeps 2000 entries by
+#: default, so a release of 2.8 or later that would not know the new name still records.
+_FR_NAME_SINCE = (2, 8)
 
 
-def flight_recorder_variables(environ: Mapping[str, str], backend: str) -> dict[str, str]:
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.11.0+cu130' or '2.4.1a0'."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def flight_recorder_variables(
+    environ: Mapping[str, str], backend: str, torch_version: str | None = None
+) -> dict[str, str]:
     """What turns NCCL's (RCCL's) flight recorder on, so that a hang's diagnosis can name the collective each
-    rank is in (gloo's is on by default): both buffer-size names, unless the user set either (also to 0, to
-    turn it off)."""
+    rank is in (gloo's is on by default): the one buffer-size name the torch where this rank runs reads
+    without a deprecation warning (`torch_version`, default this process's torch), unless the user set
+    either (also to 0, to turn it off)."""
     if backend != "nccl" or any(environ.get(name, "").strip() for name in FLIGHT_RECORDER_VARS):
         return {}
-    return dict.fromkeys(FLIGHT_RECORDER_VARS, FLIGHT_RECORDER_ENTRIES)
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    new_name, old_name = FLIGHT_RECORDER_VARS
+    name = new_name if _release(torch_version) >= _FR_NAME_SINCE else old_name
+    return {name: FLIGHT_RECORDER_ENTRIES}

@@ -11,7 +11,7 @@ runs its callbacks in the order they were queued once the whole graph is done, a
 `finalize_backward` (which waits for the gradient all-reduces) only when its last bucket is ready, so ours
 runs first: when computing has ended and waiting has not begun. The wait ends when `backward()` returns.
 On CPU both marks are host clocks. On CUDA/ROCm both are events on the current stream (the host sees only
-kernel launches), read at the next log step like StepMetrics' own events; this path is not tested on a GPU.
+kernel launches), read at the next log step like StepMetrics' own events (tests/gpu/test_gpu_hangs.py).
 
 What it does not see: waits outside backward's tail (FSDP's and tensor parallelism's collectives in the
 forward and in the middle of backward), which the ranks that wait count as their own compute. Horovod

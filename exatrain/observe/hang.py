@@ -153,6 +153,7 @@ class HangWatcher:
                 "rank": self.rank,
                 "host": self.host,
                 "node": self.node,
+                "device": p.device,
                 "pid": self.pid,
                 "token": self.token,
                 "step": p.step,
@@ -222,6 +223,7 @@ class HangWatcher:
                 "rank": self.rank,
                 "host": self.host,
                 "node": self.node,
+                "device": p.device,
                 "pid": self.pid,
                 "token": self.token,
                 "step": p.step,
@@ -282,6 +284,26 @@ class HangWatcher:
             time.sleep(0.2)
 
 
+def _recorder_dump(torch) -> bytes:
+    """The flight recorder's JSON dump for the default process group's backend. torch keeps NCCL's
+    recorder (CUDA events) apart from the one of the other backends (gloo): a group with NCCL reads
+    `_dump_nccl_trace_json` where this torch build has it, else (gloo, a build without NCCL) the
+    generic `_dump_fr_trace_json`."""
+    from torch._C import _distributed_c10d as c10d  # private: pinned by tests/distributed, tests/gpu
+
+    initialized = torch.distributed.is_initialized()
+    backend = str(torch.distributed.get_backend()) if initialized else ""
+    if "nccl" in backend and hasattr(c10d, "_dump_nccl_trace_json"):
+        return c10d._dump_nccl_trace_json(True, False)
+    return c10d._dump_fr_trace_json(True, False)
+
+
+def _first_group(status: dict) -> str:
+    """The default group's key in the dump's pg_status: the lowest numeric id (torch names the groups it
+    creates 0, 1, ...)."""
+    return min(status, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0, str(k)))
+
+
 def _collective_state(dump_path: Path) -> dict | None:
     """The newest collective of the default process group from torch's flight recorder (written in full
     to `dump_path`): {"op", "enqueued", "completed"}; None without torch.distributed or a recorder."""
@@ -289,12 +311,10 @@ def _collective_state(dump_path: Path) -> dict | None:
     if torch is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return None
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json  # private: pinned by tests/distributed
-
-        raw = _dump_fr_trace_json(True, False)
+        raw = _recorder_dump(torch)
         dump_path.write_bytes(raw)
         data = json.loads(raw)
-        status = data["pg_status"][min(data["pg_status"], key=int)]
+        status = data["pg_status"][_first_group(data["pg_status"])]
         enqueued = int(status["last_enqueued_collective"])
         ops = [
             e
@@ -312,10 +332,9 @@ def _collective_state(dump_path: Path) -> dict | None:
 
 def flight_recorder_works() -> bool:
     """Whether torch's flight recorder answers for this rank's process groups (after init_process_group)."""
+    torch = sys.modules.get("torch")
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
-
-        return "pg_status" in json.loads(_dump_fr_trace_json(False, True))
+        return "pg_status" in json.loads(_recorder_dump(torch))
     except Exception:
         return False
 

@@ -82,7 +82,8 @@ def _oldest(reports: dict[int, dict]) -> list[int]:
 
 
 def _describe(rank: int, rep: dict, stopped: bool) -> str:
-    who = f"rank {rank} ({rep.get('host', '?')}, pid {rep.get('pid', '?')})"
+    gpu = f", {rep['device']}" if rep.get("device") else ""  # "GPU 3": the node's number, as nvidia-smi shows
+    who = f"rank {rank} ({rep.get('host', '?')}{gpu}, pid {rep.get('pid', '?')})"
     at = f"step {rep['step']}" if rep["step"] or not rep.get("batches") else f"batch {rep['batches']}"
     place = rep.get("where") or "an unknown place"
     if stopped:
@@ -93,6 +94,9 @@ def _describe(rank: int, rep: dict, stopped: bool) -> str:
             f"{rep['phase']}) and stands at "
             f"{place}"
         )
-    return (
-        f"{who} has made no progress for {rep['stalled_s']:.0f} s at {at} in phase {rep['phase']} at {place}"
-    )
+    text = f"{who} has made no progress for {rep['stalled_s']:.0f} s at {at} in phase {rep['phase']}"
+    text += f" at {place}"
+    own = _collective(rep)
+    if own and own["enqueued"] > own["completed"]:  # e.g. a GPU still busy with the work queued before it
+        text += f", with its {own['op']} #{own['enqueued']} queued and not completed"
+    return text

@@ -15,15 +15,19 @@ import time
 
 
 class Progress:
-    """Step, phase and the monotonic time of the last mark; read by the watcher thread."""
+    """Step, phase and the monotonic time of the last mark, and the rank's GPU; read by the watcher
+    thread."""
 
-    __slots__ = ("step", "batches", "phase", "since", "marks", "step_times")
+    __slots__ = ("step", "batches", "phase", "since", "marks", "step_times", "device")
 
     def __init__(self) -> None:
         self.step, self.batches, self.phase, self.since, self.marks = 0, 0, "start", time.monotonic(), 0
         self.step_times: list[
             float
         ] = []  # monotonic time of the first few step marks (the measured step time)
+        # "GPU 3" once exatrain.init picked one (set_device): the watcher thread cannot ask CUDA itself,
+        # whose current device is per thread
+        self.device: str | None = None
 
 
 #: the process's record (see the module docstring for why there is one)
@@ -41,6 +45,11 @@ def mark(phase: str) -> None:
     p.marks += 1
     if _first_mark_hooks:
         _run_hooks()
+
+
+def set_device(label: str | None) -> None:
+    """Record the rank's device for hang reports ("GPU 3", the node's number; None on the CPU)."""
+    PROGRESS.device = label
 
 
 def batch() -> None:

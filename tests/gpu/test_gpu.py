@@ -47,17 +47,6 @@ def _trainer(cfg) -> Trainer:
     return Trainer(cfg, ctx, prepare_data(cfg))
 
 
-@pytest.fixture
-def nccl_group_of_one():
-    """A real NCCL process group of one rank on GPU 0, destroyed afterwards."""
-    torch.cuda.set_device(0)
-    dist.init_process_group(
-        "nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0)
-    )
-    yield
-    dist.destroy_process_group()
-
-
 def host_syncs(fn) -> list[str]:
     """Run `fn()` with CUDA's sync debug mode on; the message and Python stack of each call that made the host
     wait for the GPU (`.item()`, a blocking copy to the CPU, a data-dependent shape, ...)."""
@@ -224,7 +213,7 @@ def test_per_step_collectives_do_not_sync_the_host(tmp_path, nccl_group_of_one):
     def loop_body():  # Trainer.fit between two log steps, without a checkpoint due
         trainer.train_step(trainer._micro_batches())
         trainer.checkpoints.poll(device)
-        return trainer.preemption.agreed(device)
+        return trainer.checkpointer.preemption.agreed(device)
 
     try:
         for _ in range(3):
@@ -232,10 +221,10 @@ def test_per_step_collectives_do_not_sync_the_host(tmp_path, nccl_group_of_one):
         syncs = host_syncs(loop_body)
         assert not syncs, "\n\n".join(syncs)
         os.kill(os.getpid(), signal.SIGUSR2)
-        assert trainer.preemption.received == "SIGUSR2"
+        assert trainer.checkpointer.preemption.received == "SIGUSR2"
         assert [loop_body(), loop_body()] == [False, True]
     finally:
-        trainer.preemption.restore()
+        trainer.checkpointer.preemption.restore()
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])

@@ -80,6 +80,19 @@ def test_a_stopped_rank_is_named_first():
     assert "rank(s) 0 wait in gloo:all_reduce #5" in text
 
 
+def test_a_lone_rank_stuck_with_its_collective_queued_is_named_with_its_gpu_and_that_collective():
+    """One rank whose GPU never finishes (a kernel that does not end): the flight recorder shows its
+    all_reduce queued and not completed; the diagnosis says so, and names the node's GPU number."""
+    rep = {**_report(5, 5, 4, "loop.py:20 (main)"), "device": "GPU 3"}
+    rep["collective"]["op"] = "nccl:all_reduce"
+    text = diagnose({0: rep}, {}, 1, 10)
+    assert text == (
+        "exatrain: HANG (no progress for over 10 s): rank 0 (nid1, GPU 3, pid 10) has made no progress "
+        "for 25 s at step 5 in phase step at loop.py:20 (main), with its nccl:all_reduce #5 queued and "
+        "not completed."
+    )
+
+
 def test_the_stall_line_is_the_users_frame_not_a_library_one():
     import threading
 
@@ -265,8 +278,13 @@ def test_a_stopped_watcher_is_replaced_by_the_next_one_of_the_process(tmp_path):
 def test_nccl_groups_get_the_flight_recorder_unless_the_user_chose():
     from exatrain.distributed.variables import flight_recorder_variables
 
-    on = flight_recorder_variables({}, "nccl")
-    assert on == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    # one name, the one this torch reads without warning (torch 2.11 warns when the old one is set)
+    assert flight_recorder_variables({}, "nccl", "2.11.0+cu130") == {"TORCH_FR_BUFFER_SIZE": "2000"}
+    assert flight_recorder_variables({}, "nccl", "2.4.1+rocm6.1") == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    assert flight_recorder_variables({}, "nccl", "2.7.0a0+git1234") == {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"
+    }
+    assert flight_recorder_variables({}, "nccl") == {"TORCH_FR_BUFFER_SIZE": "2000"}  # this torch: 2.13
     assert flight_recorder_variables({}, "gloo") == {}  # gloo's recorder is on by default
     assert flight_recorder_variables({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, "nccl") == {}  # turned off
     assert flight_recorder_variables({"TORCH_FR_BUFFER_SIZE": "50000"}, "nccl") == {}
