@@ -22,6 +22,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from exatrain.config import ParallelConfig
+from exatrain.distributed.fsdp_waits import time_fsdp_waits
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -107,6 +108,7 @@ def apply_fsdp(
         ),
         "offload_policy": CPUOffloadPolicy(pin_memory=pin_memory) if cpu_offload else OffloadPolicy(),
     }
+    time_fsdp_waits()  # lets the straggler accounting tell a slow rank from those waiting for it
     names = list(blocks.keys())
     for i, name in enumerate(names):
         # the last block's parameters are needed again right away by backward: keep them gathered

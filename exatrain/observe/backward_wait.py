@@ -13,8 +13,9 @@ runs first: when computing has ended and waiting has not begun. The wait ends wh
 On CPU both marks are host clocks. On CUDA/ROCm both are events on the current stream (the host sees only
 kernel launches), read at the next log step like StepMetrics' own events (tests/gpu/test_gpu_hangs.py).
 
-What it does not see: waits outside backward's tail (FSDP's and tensor parallelism's collectives in the
-forward and in the middle of backward), which the ranks that wait count as their own compute. Horovod
+Waits outside backward's tail are added where a layer times them: FSDP's parameter gathers and gradient
+reduce-scatters (`distributed.fsdp_waits` wraps them in `collective_wait`). Not seen: tensor parallelism's
+collectives inside the forward and backward, which the ranks that wait count as their own compute. Horovod
 waits for its all-reduces in `optimizer.synchronize()`, after backward: `waiting()` times that block.
 
 One accumulator per process, as `observe.heartbeat` keeps one: the engines' backward passes and the
@@ -32,10 +33,11 @@ import torch
 class _Waits:
     """Seconds of tail wait measured since the last `take()`, and CUDA event pairs not yet read."""
 
-    __slots__ = ("seconds", "pending", "count")
+    __slots__ = ("seconds", "pending", "count", "in_tail")
 
     def __init__(self) -> None:
         self.seconds, self.pending, self.count = 0.0, [], 0
+        self.in_tail = False  # between the end-of-compute mark and backward's return: the tail counts it all
 
 
 _WAITS = _Waits()
@@ -53,6 +55,7 @@ def timed(loss: torch.Tensor):
     computed: list = []  # the end-of-compute mark, set by the engine's callback
 
     def at_end_of_compute() -> None:
+        _WAITS.in_tail = True
         if cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -69,6 +72,7 @@ def timed(loss: torch.Tensor):
         yield
     finally:
         handle.remove()
+        _WAITS.in_tail = False
         if computed:
             _record(computed[0], cuda)
 
@@ -85,9 +89,34 @@ def waiting():
         _WAITS.count += 1
 
 
+@contextlib.contextmanager
+def collective_wait(cuda: bool):
+    """Count the block as time this rank waited for a collective inside its forward or backward (FSDP's
+    gathers and reduce-scatters): on CUDA/ROCm the current stream's stall between two events, else host
+    time. Not counted inside a timed backward's tail, which already counts it."""
+    if _WAITS.in_tail:
+        yield
+        return
+    if not cuda:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            _WAITS.seconds += time.perf_counter() - start
+        return
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    try:
+        yield
+    finally:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        _keep(start, end)
+
+
 #: CUDA event pairs kept unread at most; older ones (long done) are read then, so a loop that never
-#: calls take() does not pile them up
-_MAX_PENDING = 1024
+#: calls take() does not pile them up (FSDP adds three pairs per sharded block per step)
+_MAX_PENDING = 16384
 
 
 def _record(computed, cuda: bool) -> None:
@@ -97,7 +126,11 @@ def _record(computed, cuda: bool) -> None:
         return
     done = torch.cuda.Event(enable_timing=True)
     done.record()
-    _WAITS.pending.append((computed, done))
+    _keep(computed, done)
+
+
+def _keep(start, end) -> None:
+    _WAITS.pending.append((start, end))
     if len(_WAITS.pending) > _MAX_PENDING:
         old, _WAITS.pending = _WAITS.pending[: _MAX_PENDING // 2], _WAITS.pending[_MAX_PENDING // 2 :]
         _WAITS.seconds += _elapsed(old)

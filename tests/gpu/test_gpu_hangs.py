@@ -137,3 +137,39 @@ def test_ddp_backward_tail_wait_is_the_wait_for_its_nccl_all_reduce(nccl_group_o
     model.register_comm_hook(None, slow_all_reduce)
     waited, count = [_timed_backward(model, x, strict=False) for _ in range(3)][-1]
     assert count == 1 and 0.5 * spin <= waited - plain <= 2 * spin, (waited, plain, spin)
+
+
+def test_fsdp_collective_waits_are_timed_with_cuda_events_without_a_host_sync(nccl_group_of_one):
+    """exatrain's FSDP2 (apply_fsdp) on a 1-GPU mesh: each parameter group's gather and reduce-scatter
+    (distributed/fsdp_waits.py) is timed by a pair of CUDA events on the current stream, beside backward's
+    tail, and a step of forward and `exatrain.backward` makes no host sync. A group of one rank has no peer
+    to wait for, so the waits themselves are near zero here; tests/distributed/test_stragglers.py shows
+    them naming a slow rank on CPU ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from exatrain.distributed.parallelize import apply_fsdp
+    from exatrain.distributed.state_dict import load_full_state_dict
+    from exatrain.models.transformer import build_model
+
+    torch.manual_seed(0)
+    reference = build_model("small", 512, 128)
+    with torch.device("meta"):
+        model = build_model("small", 512, 128)
+    mesh = init_device_mesh("cuda", (1,), mesh_dim_names=("dp_shard",))
+    apply_fsdp(model, model.layers, mesh, True, None, False)
+    load_full_state_dict(model, reference.state_dict(), torch.device("cuda"))
+    x = torch.randint(512, (4, 128), device="cuda")
+    for _ in range(2):  # FSDP's lazy initialisation happens in the first step
+        exatrain.backward(model(x, x.roll(-1, 1)))
+    backward_wait.take()
+    loss = model(x, x.roll(-1, 1))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        exatrain.backward(loss)
+        pairs = len(backward_wait._WAITS.pending)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    groups = len(model.layers) + 1  # one fully_shard per block and the root
+    assert pairs >= 1 + 2 * groups, pairs  # the tail, and at least each group's gathers in forward/backward
+    seconds, count = backward_wait.take()
+    assert count == 1 and 0.0 <= seconds < 1.0, seconds

@@ -57,3 +57,55 @@ def test_a_loss_without_gradient_is_not_timed_and_waiting_counts_a_host_wait():
         time.sleep(0.05)
     seconds, count = backward_wait.take()
     assert count == 1 and seconds >= 0.05
+
+
+class _Clock:
+    """A perf_counter that moves 1 s per reading: the seconds measured count the readings taken."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_a_collective_wait_counts_its_block_but_not_inside_a_backwards_tail(monkeypatch):
+    """collective_wait (FSDP's gathers and reduce-scatters, distributed/fsdp_waits.py) adds its block's host
+    time without counting a backward; inside a timed backward's tail (FSDP's final callback runs there) it
+    adds nothing, since the tail already counts that time: with a clock that moves 1 s per reading, the
+    tail is 1 s (its two marks), not 3 s (the wait's two readings in between, counted twice)."""
+    backward_wait.take()
+    monkeypatch.setattr(backward_wait.time, "perf_counter", _Clock())
+    with backward_wait.collective_wait(cuda=False):
+        pass
+    assert backward_wait.take() == (1.0, 0)
+
+    w = torch.ones(3, requires_grad=True)
+    seen = []
+
+    def like_fsdp_final_callback():
+        seen.append(backward_wait._WAITS.in_tail)
+        with backward_wait.collective_wait(cuda=False):
+            pass
+
+    def queue(grad):
+        torch.autograd.Variable._execution_engine.queue_callback(like_fsdp_final_callback)
+        return grad
+
+    w.register_hook(queue)
+    backward_wait.backward((w * 2).sum())
+    assert seen == [True] and backward_wait.take() == (1.0, 1)
+    assert not backward_wait._WAITS.in_tail  # the tail ends with backward()
+
+
+def test_fsdp2_waiting_methods_are_wrapped_once():
+    """Pins the private FSDP2 methods distributed/fsdp_waits.py wraps (torch's FSDPParamGroup)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    from exatrain.distributed.fsdp_waits import WAITING_METHODS, time_fsdp_waits
+
+    assert time_fsdp_waits() and time_fsdp_waits()
+    for name in WAITING_METHODS:
+        method = getattr(FSDPParamGroup, name)
+        assert method._exatrain_timed and not getattr(method.__wrapped__, "_exatrain_timed", False), name
