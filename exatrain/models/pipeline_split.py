@@ -36,9 +36,12 @@ def stage_layer_ranges(n_layers: int, n_stages: int) -> list[range]:
 def keep_parts(model: TransformerLM, layers: list[int], embeddings: bool, head: bool) -> TransformerLM:
     """A view of `model` with only the given blocks, the embeddings if `embeddings`, the final norm
     and output head if `head`; the other parts are None. Shares parameters with `model`."""
-    chunk = copy.copy(model)  # shallow: a new object whose module dict must not alias the model's
-    for attr in ("_modules", "_parameters", "_buffers"):
-        object.__setattr__(chunk, attr, dict(getattr(model, attr)))
+    chunk = copy.copy(model)  # shallow: a new object whose dicts must not alias the model's
+    # its own module, parameter and buffer dicts, and its own hook dicts: a hook registered on one chunk
+    # (FSDP's, applied per chunk) must not run on another chunk of the same rank
+    for attr, value in vars(model).items():
+        if isinstance(value, (dict, set)):
+            object.__setattr__(chunk, attr, copy.copy(value))
     chunk.layers = nn.ModuleDict({str(i): model.layers[str(i)] for i in layers})
     if not embeddings:
         chunk.tok_embeddings = chunk.pos_embeddings = None

@@ -145,7 +145,8 @@ def test_search_cli_json_and_bad_input(exatrain_cli, tmp_path):
     assert r.returncode == 2 and "--site" in r.stderr and "HINT:" in r.stderr and "Traceback" not in r.stderr
 
 
-PIPELINE_FSDP = {  # (world size, overrides): FSDP inside one-chunk pipeline schedules
+INTERLEAVED = ["parallel.pp_schedule=interleaved_1f1b", "parallel.pp_stages_per_rank=2"]
+PIPELINE_FSDP = {  # (world size, overrides): FSDP inside pipeline schedules
     "1f1b": (4, ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4"]),
     "1f1b_4_microbatches_accumulating": (
         4,
@@ -158,6 +159,39 @@ PIPELINE_FSDP = {  # (world size, overrides): FSDP inside one-chunk pipeline sch
         + ["parallel.param_dtype=bf16", "model.n_layers=6"],
     ),
     "4_stages": (8, ["parallel.pp=4", "parallel.dp_shard=2", "train.micro_batch_size=4"]),
+    # interleaved: counted by walking torch's lowered action list (analytic._fsdp_interleaved)
+    "interleaved": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_microbatches=4"]
+        + INTERLEAVED,
+    ),
+    "interleaved_bf16_2_blocks_8_microbatches": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=8", "parallel.pp_microbatches=8"]
+        + ["model.n_layers=8", "parallel.param_dtype=bf16", "train.global_batch_size=16"]
+        + INTERLEAVED,
+    ),
+    "interleaved_accumulating": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "train.global_batch_size=16"]
+        + ["parallel.pp_microbatches=4"]
+        + INTERLEAVED,
+    ),
+    "interleaved_3_chunks": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "model.n_layers=6"]
+        + [
+            "parallel.pp_microbatches=4",
+            "parallel.pp_schedule=interleaved_1f1b",
+            "parallel.pp_stages_per_rank=3",
+        ],
+    ),
+    "interleaved_4_stages": (
+        8,
+        ["parallel.pp=4", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_microbatches=4"]
+        + ["model.n_layers=8"]
+        + INTERLEAVED,
+    ),
 }
 
 
@@ -173,7 +207,7 @@ def test_closed_form_fsdp_inside_a_pipeline_matches_the_measured_step(name):
     dims = preflight(cfg, world)
     m, step = model_of(cfg, VOCAB), step_shape(cfg, dims)
     for pp_rank in range(dims.pp):
-        shards = analytic.rank_shards(m, dims, 1, pp_rank)
+        shards = analytic.rank_shards(m, dims, step.chunks, pp_rank)
         counted = {
             c.kind: (c.count, c.bytes)
             for c in analytic.collectives(m, dims, step, shards)

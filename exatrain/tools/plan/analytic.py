@@ -1,4 +1,5 @@
-"""Closed-form shards and collectives of a layout, for `exatrain plan --search` (torch-free, microseconds).
+"""Closed-form shards and collectives of a layout, for `exatrain plan --search` (microseconds; no tensors:
+FSDP inside an interleaved schedule asks torch's schedule for the rank's order of actions, nothing more).
 
 `exatrain plan` MEASURES one layout: its shards on the meta device (layout.py) and its collectives on fake
 tensors (comm.py), which takes seconds per layout. A search over thousands of layouts of 16,384 ranks
@@ -135,6 +136,8 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
     block = sum(r * c for r, c in _tensors(m, dims.tp, False, False, 1)) * m.param_bytes
     if dims.fsdp and dims.pp > 1 and step.chunks == 1:
         _fsdp_in_pipeline(add, step, shards, units, block)
+    elif dims.fsdp and dims.pp > 1:
+        _fsdp_interleaved(add, dims, step, shards, units, block, m.param_bytes)
     elif dims.fsdp:
         n_units = sum(shards.blocks) + 1  # the blocks and the root (embeddings, norm, head)
         add("all_gather", "dp_shard", n_units * step.accumulation, units * step.accumulation)  # forward
@@ -172,6 +175,63 @@ def _fsdp_in_pipeline(add, step: StepShape, shards: RankShards, units: int, bloc
     times, acc = 1 + step.microbatches, step.accumulation
     add("all_gather", "dp_shard", (resharding * times + 1) * acc, ((units - block) * times + block) * acc)
     add("reduce_scatter", "dp_shard", (resharding + 1) * acc, shards.all_units_bytes * acc)
+
+
+def _fsdp_interleaved(
+    add, dims: ParallelDims, step: StepShape, shards: RankShards, units: int, block: int, param_bytes: int
+) -> None:
+    """The FSDP rows of `collectives` for an interleaved schedule (several stages per rank), by walking the
+    rank's action list as torch lowers it (`schedule_actions.rank_actions`): its UNSHARD of a whole stage
+    gathers every sharded unit of it, RESHARD drops them, a forward gathers what is sharded and reshards
+    the units that reshard after forward (the root and every block but the stage's last), a backward
+    gathers what is sharded and keeps it, and REDUCE_GRAD (after a stage's last backward) reduce-scatters
+    every unit and reshards it. Per micro-batch of gradient accumulation (each is one schedule step)."""
+    from exatrain.tools.plan.schedule_actions import rank_actions
+
+    per_stage = shards.blocks[0]
+    roots = _stage_roots(shards, units, block)
+    gathered: dict[tuple[int, int], bool] = {}
+    count = nbytes = reduces = reduced = 0
+
+    def stage_units(stage: int):
+        """(unit, gathered bytes, fp32 bytes, reshards after forward) of one stage's non-empty units."""
+        out = [((stage, i), block, block * 4 // param_bytes, i < per_stage - 1) for i in range(per_stage)]
+        if roots[stage]:
+            out.append(((stage, -1), roots[stage], roots[stage] * 4 // param_bytes, True))
+        return out
+
+    def gather(stage: int) -> None:
+        nonlocal count, nbytes
+        for unit, size, _, _ in stage_units(stage):
+            if not gathered.get(unit):
+                count, nbytes = count + 1, nbytes + size
+                gathered[unit] = True
+
+    for kind, stage in rank_actions(dims.pp, step.chunks, step.microbatches, shards.pp_rank):
+        if kind in ("UNSHARD", "FORWARD", "FULL_BACKWARD"):
+            gather(stage)
+        if kind == "FORWARD":
+            for unit, _, _, reshards in stage_units(stage):
+                gathered[unit] = gathered[unit] and not reshards
+        elif kind == "RESHARD":
+            for unit, _, _, _ in stage_units(stage):
+                gathered[unit] = False
+        elif kind == "REDUCE_GRAD":
+            for unit, _, full, _ in stage_units(stage):
+                reduces, reduced = reduces + 1, reduced + full
+                gathered[unit] = False
+    acc = step.accumulation
+    add("all_gather", "dp_shard", count * acc, nbytes * acc)
+    add("reduce_scatter", "dp_shard", reduces * acc, reduced * acc)
+
+
+def _stage_roots(shards: RankShards, units: int, block: int) -> dict[int, int]:
+    """Gathered bytes of the root unit of each of the rank's stages: the embeddings on stage 0, the final
+    norm and head on the last stage, nothing in between (with pp > 1 no rank holds both)."""
+    roots = dict.fromkeys(shards.stages, 0)
+    if shards.first or shards.last:
+        roots[min(shards.stages) if shards.first else max(shards.stages)] = units - sum(shards.blocks) * block
+    return roots
 
 
 def _tensor_parallel(
