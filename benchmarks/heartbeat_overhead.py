@@ -91,8 +91,8 @@ def main():
 
 
 def _collective_wait_cost() -> str:
-    """What timing FSDP's collectives adds (distributed/fsdp_waits.py): one `collective_wait` block on the
-    host clock (CPU ranks), best of 5 in a tight loop; FSDP runs three per sharded module per step."""
+    """What timing FSDP's collectives adds (distributed/collective_waits.py): one `collective_wait` block
+    on the host clock (CPU ranks), best of 5 in a tight loop; FSDP runs three per sharded module per step."""
     import timeit
 
     from exatrain.observe import backward_wait

@@ -22,7 +22,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from exatrain.config import ParallelConfig
-from exatrain.distributed.fsdp_waits import time_fsdp_waits
+from exatrain.distributed.collective_waits import time_fsdp_waits, time_tp_waits
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -66,6 +66,7 @@ def apply_tp(module: nn.Module, tp_mesh, plan: dict) -> None:
     """Shard `module` along `tp_mesh` with `plan` ({module path: ParallelStyle}); entries naming modules
     this module lacks (e.g. the output head on a first pipeline stage) are skipped."""
     present = dict(module.named_modules())
+    time_tp_waits()  # lets the straggler accounting tell a slow rank from those waiting for it
     parallelize_module(module, tp_mesh, {name: style for name, style in plan.items() if name in present})
 
 

@@ -14,9 +14,9 @@ On CPU both marks are host clocks. On CUDA/ROCm both are events on the current s
 kernel launches), read at the next log step like StepMetrics' own events (tests/gpu/test_gpu_hangs.py).
 
 Waits outside backward's tail are added where a layer times them: FSDP's parameter gathers and gradient
-reduce-scatters (`distributed.fsdp_waits` wraps them in `collective_wait`). Not seen: tensor parallelism's
-collectives inside the forward and backward, which the ranks that wait count as their own compute. Horovod
-waits for its all-reduces in `optimizer.synchronize()`, after backward: `waiting()` times that block.
+reduce-scatters, and tensor parallelism's waits for its functional collectives (`distributed.
+collective_waits` wraps them in `collective_wait`). Horovod waits for its all-reduces in
+`optimizer.synchronize()`, after backward: `waiting()` times that block.
 
 One accumulator per process, as `observe.heartbeat` keeps one: the engines' backward passes and the
 `StepMetrics` that reads them do not share an object.

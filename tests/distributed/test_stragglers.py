@@ -73,6 +73,7 @@ def test_a_rank_slow_in_every_step_is_flagged_once_in_metrics_progress_and_repor
 ENGINES = {
     "ddp": [],
     "fsdp": ["--parallel.dp_shard=2"],
+    "tp": ["--parallel.tp=2"],
     "deepspeed_zero2": ["--engine.name=deepspeed", "--engine.zero_stage=2"],
     "horovod": ["--engine.name=horovod"],
 }
@@ -81,9 +82,10 @@ ENGINES = {
 @pytest.mark.parametrize("layout", ENGINES.values(), ids=ENGINES.keys())
 def test_a_rank_slow_in_its_forward_is_named_by_its_own_forward_backward_time(exatrain_cli, tmp_path, layout):
     """DDP: rank 0 waits for rank 1 in backward's gradient all-reduce (its tail). FSDP: rank 0 waits at
-    the next parameter gather in the forward and the backward, timed by distributed/fsdp_waits.py (without
-    it rank 1 is not named: seen by hand, the checkpoint phase was). DeepSpeed ZeRO-2: inside its
-    `backward(loss)`; Horovod: in `optimizer.synchronize()` (engines/horovod), timed by `waiting()`."""
+    the next parameter gather in the forward and the backward; TP: at the next all-reduce of activations;
+    both timed by distributed/collective_waits.py (without it rank 1 is not named: seen by hand, the
+    checkpoint phase (FSDP) or no rank (TP) was). DeepSpeed ZeRO-2: inside its `backward(loss)`; Horovod:
+    in `optimizer.synchronize()` (engines/horovod), timed by `waiting()`."""
     out, records = _train(exatrain_cli, tmp_path / "run", "compute", layout)
     for m in records:
         assert m["straggler_rank"] == 1 and m["straggler_phase"] == "forward_backward", m

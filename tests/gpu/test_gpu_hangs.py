@@ -141,10 +141,10 @@ def test_ddp_backward_tail_wait_is_the_wait_for_its_nccl_all_reduce(nccl_group_o
 
 def test_fsdp_collective_waits_are_timed_with_cuda_events_without_a_host_sync(nccl_group_of_one):
     """exatrain's FSDP2 (apply_fsdp) on a 1-GPU mesh: each parameter group's gather and reduce-scatter
-    (distributed/fsdp_waits.py) is timed by a pair of CUDA events on the current stream, beside backward's
-    tail, and a step of forward and `exatrain.backward` makes no host sync. A group of one rank has no peer
-    to wait for, so the waits themselves are near zero here; tests/distributed/test_stragglers.py shows
-    them naming a slow rank on CPU ranks."""
+    (distributed/collective_waits.py) is timed by a pair of CUDA events on the current stream, beside
+    backward's tail, and a step of forward and `exatrain.backward` makes no host sync. A group of one rank
+    has no peer to wait for, so the waits themselves are near zero here; tests/distributed/
+    test_stragglers.py shows them naming a slow rank on CPU ranks."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from exatrain.distributed.parallelize import apply_fsdp
@@ -173,3 +173,25 @@ def test_fsdp_collective_waits_are_timed_with_cuda_events_without_a_host_sync(nc
     assert pairs >= 1 + 2 * groups, pairs  # the tail, and at least each group's gathers in forward/backward
     seconds, count = backward_wait.take()
     assert count == 1 and 0.0 <= seconds < 1.0, seconds
+
+
+def test_tensor_parallel_waits_are_timed_with_cuda_events_without_a_host_sync(nccl_group_of_one):
+    """Tensor parallelism's functional collectives on a real NCCL group: the wait for one (at the first
+    use of its result, torch's `wait_tensor`, wrapped by distributed/collective_waits.py) is timed by a pair
+    of CUDA events, without a host sync."""
+    from torch.distributed import _functional_collectives as funcol
+
+    from exatrain.distributed.collective_waits import time_tp_waits
+
+    assert time_tp_waits()
+    x = torch.ones(1024, device="cuda")
+    backward_wait.take()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = funcol.all_reduce(x, "sum", dist.group.WORLD) * 2  # the multiplication waits for the result
+        pairs = len(backward_wait._WAITS.pending)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert pairs == 1 and torch.equal(y, 2 * x)
+    seconds, count = backward_wait.take()
+    assert count == 0 and 0.0 <= seconds < 1.0, seconds

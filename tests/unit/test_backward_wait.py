@@ -71,10 +71,11 @@ class _Clock:
 
 
 def test_a_collective_wait_counts_its_block_but_not_inside_a_backwards_tail(monkeypatch):
-    """collective_wait (FSDP's gathers and reduce-scatters, distributed/fsdp_waits.py) adds its block's host
-    time without counting a backward; inside a timed backward's tail (FSDP's final callback runs there) it
-    adds nothing, since the tail already counts that time: with a clock that moves 1 s per reading, the
-    tail is 1 s (its two marks), not 3 s (the wait's two readings in between, counted twice)."""
+    """collective_wait (FSDP's gathers and reduce-scatters, distributed/collective_waits.py) adds its
+    block's host time without counting a backward; inside a timed backward's tail (FSDP's final callback
+    runs there) it adds nothing, since the tail already counts that time: with a clock that moves 1 s per
+    reading, the tail is 1 s (its two marks), not 3 s (the wait's two readings in between, counted
+    twice)."""
     backward_wait.take()
     monkeypatch.setattr(backward_wait.time, "perf_counter", _Clock())
     with backward_wait.collective_wait(cuda=False):
@@ -99,13 +100,16 @@ def test_a_collective_wait_counts_its_block_but_not_inside_a_backwards_tail(monk
     assert not backward_wait._WAITS.in_tail  # the tail ends with backward()
 
 
-def test_fsdp2_waiting_methods_are_wrapped_once():
-    """Pins the private FSDP2 methods distributed/fsdp_waits.py wraps (torch's FSDPParamGroup)."""
+def test_fsdp2_and_functional_collective_waits_are_wrapped_once():
+    """Pins the private torch functions distributed/collective_waits.py wraps: FSDP2's FSDPParamGroup
+    methods and the functional collectives' wait_tensor, which DTensor's redistributions (tensor
+    parallelism) wait in."""
+    from torch.distributed import _functional_collectives as funcol
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 
-    from exatrain.distributed.fsdp_waits import WAITING_METHODS, time_fsdp_waits
+    from exatrain.distributed.collective_waits import WAITING_METHODS, time_fsdp_waits, time_tp_waits
 
-    assert time_fsdp_waits() and time_fsdp_waits()
-    for name in WAITING_METHODS:
-        method = getattr(FSDPParamGroup, name)
-        assert method._exatrain_timed and not getattr(method.__wrapped__, "_exatrain_timed", False), name
+    assert time_fsdp_waits() and time_fsdp_waits() and time_tp_waits() and time_tp_waits()
+    methods = [getattr(FSDPParamGroup, name) for name in WAITING_METHODS] + [funcol.wait_tensor]
+    for method in methods:
+        assert method._exatrain_timed and not getattr(method.__wrapped__, "_exatrain_timed", False), method
