@@ -19,13 +19,13 @@ from exatrain.distributed.collectives import all_gather_objects
 from exatrain.distributed.join import roll_call
 from exatrain.distributed.variables import flight_recorder_variables, set_variables
 from exatrain.env import ClusterEnvironment
-from exatrain.env.affinity import physical_gpu
 from exatrain.env.base import node_layout
 from exatrain.env.devices import pick_device_index, visibility_problem
 from exatrain.env.master_check import check_master
 from exatrain.env.nics import GLOO_IFNAME, gloo_interfaces
 from exatrain.errors import ConfigError, ExatrainError
 from exatrain.observe import heartbeat
+from exatrain.observe.step_metrics import device_name
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def init_distributed(
     if problem:
         print(f"[rank {env.global_rank}] WARNING: {problem}", file=sys.stderr, flush=True)
     dev = select_device(env, device)
-    heartbeat.set_device(f"GPU {physical_gpu(dev.index or 0)}" if dev.type == "cuda" else None)
+    heartbeat.set_device(device_name(dev) if dev.type == "cuda" else None)
     chosen = select_backend(dev, backend)
     if not env.is_distributed:
         return DistContext(env=env, device=dev, backend=None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from exatrain.env.torch_version import parse_torch_version, torch_at_least
+
 
 def set_variables(values: Mapping[str, str], overwrite: bool = True) -> None:
     """Put `values` into this process's environment; with overwrite=False a variable already set is kept
@@ -32,12 +34,6 @@ FLIGHT_RECORDER_ENTRIES = "2000"
 _FR_NAME_SINCE = (2, 8)
 
 
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a torch version string such as '2.11.0+cu130' or '2.4.1a0'."""
-    major, minor = version.split("+")[0].split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
 def flight_recorder_variables(
     environ: Mapping[str, str], backend: str, torch_version: str | None = None
 ) -> dict[str, str]:
@@ -52,5 +48,5 @@ def flight_recorder_variables(
 
         torch_version = torch.__version__
     new_name, old_name = FLIGHT_RECORDER_VARS
-    name = new_name if _release(torch_version) >= _FR_NAME_SINCE else old_name
+    name = new_name if torch_at_least(parse_torch_version(torch_version), _FR_NAME_SINCE) else old_name
     return {name: FLIGHT_RECORDER_ENTRIES}

@@ -291,17 +291,10 @@ def _recorder_dump(torch) -> bytes:
     generic `_dump_fr_trace_json`."""
     from torch._C import _distributed_c10d as c10d  # private: pinned by tests/distributed, tests/gpu
 
-    initialized = torch.distributed.is_initialized()
-    backend = str(torch.distributed.get_backend()) if initialized else ""
+    backend = str(torch.distributed.get_backend()) if torch.distributed.is_initialized() else ""
     if "nccl" in backend and hasattr(c10d, "_dump_nccl_trace_json"):
         return c10d._dump_nccl_trace_json(True, False)
     return c10d._dump_fr_trace_json(True, False)
-
-
-def _first_group(status: dict) -> str:
-    """The default group's key in the dump's pg_status: the lowest numeric id (torch names the groups it
-    creates 0, 1, ...)."""
-    return min(status, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0, str(k)))
 
 
 def _collective_state(dump_path: Path) -> dict | None:
@@ -314,7 +307,7 @@ def _collective_state(dump_path: Path) -> dict | None:
         raw = _recorder_dump(torch)
         dump_path.write_bytes(raw)
         data = json.loads(raw)
-        status = data["pg_status"][_first_group(data["pg_status"])]
+        status = data["pg_status"][min(data["pg_status"], key=int)]  # the default group: id 0
         enqueued = int(status["last_enqueued_collective"])
         ops = [
             e

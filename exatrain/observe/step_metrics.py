@@ -232,7 +232,7 @@ class StepMetrics:
 
     def _place(self, rank: int) -> tuple[str, str]:
         if self._places is None:
-            mine = (socket.gethostname(), _device_name(self.device))
+            mine = (socket.gethostname(), device_name(self.device))
             if dist.is_available() and dist.is_initialized():
                 places = [None] * dist.get_world_size(self.group)
                 dist.all_gather_object(places, mine, group=self.group)
@@ -294,7 +294,7 @@ def _gather(local: torch.Tensor, group) -> list[list[float]]:
     return torch.stack(rows).tolist()
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
     """'GPU 3' (the node's GPU behind this process's CUDA/ROCm device, after CUDA/HIP/ROCR_VISIBLE_DEVICES
     narrowed them: the number nvidia-smi and rocm-smi show) or 'CPU'."""
     if device.type != "cuda":

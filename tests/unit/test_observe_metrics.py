@@ -35,7 +35,7 @@ def test_last_step_is_a_log_step_and_bad_input_is_named():
         StepMetrics(log_every=0)
 
 
-def test_peak_table_by_device_name():
+def test_peak_table_bydevice_name():
     assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert peak_flops("NVIDIA H100 PCIe") == 756e12
     assert peak_flops("AMD Instinct MI250X") == 191.5e12
@@ -153,11 +153,11 @@ def test_the_trainer_refuses_a_straggler_setting_that_cannot_work(override, key,
     ],
 )
 def test_a_flagged_straggler_is_named_by_the_nodes_gpu_number(monkeypatch, environ, index, expected):
-    from exatrain.observe.step_metrics import _device_name
+    from exatrain.observe.step_metrics import device_name
 
     for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert _device_name(torch.device("cuda", index)) == expected
-    assert _device_name(torch.device("cpu")) == "CPU"
+    assert device_name(torch.device("cuda", index)) == expected
+    assert device_name(torch.device("cpu")) == "CPU"
