@@ -1,9 +1,10 @@
 """Does `exatrain plan --time` predict a CPU gloo run on this machine? (issue 26: goal within 30 %)
 
 For each world size W: `exatrain doctor --nproc W --device cpu` measures this machine's constants (matmul
-TF/s and memory bandwidth of each rank while all W run, the gloo all-reduce busbw of its sweep's largest
-message) and prints the [hardware] lines; they go into a copy of the cpu profile (gpus_per_node = 0: every
-rank on this one node; the CPU's decomposed RMSNorm kernels); `exatrain plan --time --world-size W --site
+TF/s, attention TF/s at the model's shape and memory bandwidth of each rank while all W run, the gloo
+all-reduce busbw of its sweep's largest message) and prints the [hardware] lines; they go into a copy of
+the cpu profile (gpus_per_node = 0: every rank on this one node, communication not overlapping the
+compute; the CPU's decomposed RMSNorm kernels); `exatrain plan --time --world-size W --site
 COPY` predicts the step; `exatrain train --nproc W` measures it: the median of the logged windows' `step_s`
 after the first window (warm-up). Nothing is fitted: the prediction only sees the doctor's constants and
 the model's shape.
@@ -40,7 +41,8 @@ def _run(args: list[str], cwd: Path) -> str:
 
 def hardware_lines(world: int, cwd: Path) -> str:
     """The [hardware] table `exatrain doctor` prints for `world` local CPU ranks."""
-    out = _run(["doctor", f"--nproc={world}", "--device=cpu", "--iters=5"], cwd)
+    # the model's options: the attention probe times the model's own shape (sequence, head dimension)
+    out = _run(["doctor", f"--nproc={world}", "--device=cpu", "--iters=5", *MODEL], cwd)
     # every `key = value  # comment` line of the table (a line's comment says how it was measured)
     match = re.search(r"^\[hardware\]\n(?:[a-z_]+ = [\d.e+-]+[^\n]*\n?)+", out, re.M)
     if match is None:

@@ -74,6 +74,11 @@ class Hardware:
         "Dense bf16 peak TFLOP/s of one GPU from its data sheet (MFU's denominator).", 0.0
     )
     matmul_tflops: float = _f("TFLOP/s one GPU reaches on large bf16 matrix products, measured.", 0.0)
+    attention_tflops: float = _f(
+        "TFLOP/s of the fused attention kernel (causal, forward + backward, counted as 12 B H T^2 d: no "
+        "causal halving), measured; 0 = at matmul_tflops.",
+        0.0,
+    )
     intra_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) within a node, GB/s.", 0.0)
     inter_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) across nodes, GB/s.", 0.0)
     hbm_gbs: float = _f(

@@ -305,6 +305,9 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     ]
     reports[0].update(hbm_gbs=1200.0, hbm_what=what)
     reports[1].update(hbm_gbs=1350.5, hbm_what=what)
+    attention = "bfloat16 causal attention, 64 heads x 2048 tokens x 128, forward + backward"
+    reports[0].update(attention_tflops=101.0, attention_what=attention)
+    reports[1].update(attention_tflops=99.5, attention_what=attention)
     sweep = [{"bytes": 1024, "busbw_gbs": 0.5}, {"bytes": 2**28, "busbw_gbs": 21.25}]
     table = tomllib.loads("\n".join(doctor.hardware_lines(reports, sweep, 191.5)))["hardware"]
     data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
@@ -312,6 +315,33 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     assert (hw.peak_tflops, hw.matmul_tflops, hw.inter_node_busbw_gbs) == (191.5, 140.5, 21.25)
     assert hw.intra_node_busbw_gbs == 0
     assert hw.hbm_gbs == 1200.0  # the slowest rank's memory bandwidth
+    assert hw.attention_tflops == 99.5  # the slowest rank's attention rate
+
+
+def test_attention_rate_counts_the_full_products_of_forward_and_backward(monkeypatch):
+    """12 B H T^2 d FLOPs per causal forward + backward (the step-time model's count: no causal halving):
+    with a clock that says 3 timed calls took 2 s, 2^13 / 128 = 64 heads of 128 tokens x 32 give
+    3 x 12 x 64 x 128^2 x 32 FLOPs / 2 s; the shape defaults to 512 x 64 on a CPU."""
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(doctor.time, "perf_counter", lambda: next(clock))
+    tflops, what = doctor.attention_tflops(torch.device("cpu"), seq_len=128, head_dim=32, iters=3)
+    assert tflops == pytest.approx(3 * 12 * 64 * 128**2 * 32 / 2 / 1e12)
+    assert what == "float32 causal attention, 64 heads x 128 tokens x 32, forward + backward"
+    clock = iter([0.0, 1.0])
+    assert "16 heads x 512 tokens x 64" in doctor.attention_tflops(torch.device("cpu"), iters=1)[1]
+
+
+def test_attention_shape_is_the_jobs_model_when_its_config_is_given(tmp_path):
+    """The probe times the job's (sequence length, head dimension): from -c FILE or [model] / [data]
+    overrides; other overrides alone leave the probe's defaults (None)."""
+    from exatrain.tools.doctor.settings import attention_shape
+
+    assert attention_shape(None, []) is None
+    assert attention_shape(None, ["--train.steps=10"]) is None
+    assert attention_shape(None, ["--model.size=tiny", "--data.seq_len=128"]) == (128, 128 // 4)
+    config = tmp_path / "job.toml"
+    config.write_text("[model]\ndim = 1024\nn_heads = 8\n[data]\nseq_len = 4096\n")
+    assert attention_shape(str(config), []) == (4096, 128)
 
 
 def test_memory_bandwidth_counts_bytes_read_and_written(monkeypatch):

@@ -94,6 +94,31 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     assert estimate.step_time(_inputs(memory_bytes=2e9), [], HW).breakdown["memory_bound_s"] == 0
 
 
+def test_fused_attention_runs_at_its_own_rate_when_measured():
+    # 1e9 of the 6e9 FLOP/token are the fused attention kernel's: at 200 and 100 TF/s,
+    # (5e9 / 200e12 + 1e9 / 100e12) x 32768 tokens / 8 GPUs = 0.14336 s
+    slow = Hardware(**{**HW.__dict__, "attention_tflops": 100.0})
+    t = estimate.step_time(_inputs(attention_flops_per_token=1e9), [], slow)
+    assert t.breakdown["compute_s"] == pytest.approx(0.14336)
+    # MFU and TF/s still count the model's FLOPs, not the rates
+    assert t.tflops_per_gpu == pytest.approx(6e9 * 32768 / 0.14336 / 8 / 1e12)
+    # without a measured attention rate, attention runs at matmul_tflops (0.12288 s, as above)
+    assert estimate.step_time(_inputs(attention_flops_per_token=1e9), [], HW).breakdown[
+        "compute_s"
+    ] == pytest.approx(0.12288)
+    # materialised attention (attention_flops_per_token 0) is matrix products: the attention rate is unused
+    assert estimate.step_time(_inputs(), [], slow).breakdown["compute_s"] == pytest.approx(0.12288)
+
+
+def test_on_cpu_nodes_communication_adds_to_the_step():
+    """CPU ranks compute and communicate on the same cores: a data-parallel all-reduce that a GPU step hides
+    (0.04 s < 0.12288 s of compute, as above) adds its whole time."""
+    small = Collective("all_reduce", "dp_replicate", 2, 5, 10**9, (0, 4))
+    t = estimate.step_time(_inputs(overlap=False), [small], HW)
+    assert t.breakdown["exposed_comm_s"] == pytest.approx(0.04)
+    assert t.step_time_s == pytest.approx(0.12288 + 0.04)
+
+
 def test_hardware_table_is_parsed_and_validated(tmp_path):
     from exatrain.config.load import read_toml
 
@@ -175,6 +200,14 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     assert plan["wall_time_h"] == pytest.approx(1953125 * plan["step_time_s"] / 3600)
     assert plan["cost"]["units"] == pytest.approx(48 * plan["wall_time_h"])
     assert plan["cost"]["unit"] == "core-hours" and plan["cost"]["rule"] == "whole-node"
+    # where real steps fell around the prediction on the published runs, and the wall time and units at it
+    ratio = plan["published_ratio"]  # its values: test_plan_validation.py checks them against the table
+    assert set(ratio) == {"runs", "low", "median", "high"} and ratio["low"] < ratio["median"] < ratio["high"]
+    low, high = ratio["low"], ratio["high"]
+    assert plan["wall_time_range_h"] == pytest.approx([plan["wall_time_h"] * low, plan["wall_time_h"] * high])
+    assert plan["cost"]["units_range"] == pytest.approx(
+        [plan["cost"]["units"] * low, plan["cost"]["units"] * high]
+    )
     assert plan["step_time_s"] == pytest.approx(sum(b.values()))
     assert plan["tokens_per_s"] == pytest.approx(8 * 64 / plan["step_time_s"])
     assert plan["mfu"] == pytest.approx(plan["tflops_per_gpu"] / 312)
@@ -204,6 +237,13 @@ def test_target_tokens_wall_time_and_billing_use_the_cost_code():
     same = estimate_cost(JobSpec(nodes=2, gpus_per_node=8, time="03:00:00"), lumi)
     assert t.units == pytest.approx(same.units) and t.unit == same.unit == "GPU-hours"
     assert "3 hours of wall time" in t.sentence and "24.0 GPU-hours" in t.sentence and "margin" in t.sentence
+    # the range real steps fell in on the published runs (estimate.PUBLISHED, recomputed from the validation
+    # table by test_plan_validation.py), applied to the wall time and the units, and said in the sentence
+    low, high = estimate.PUBLISHED.low, estimate.PUBLISHED.high
+    assert t.wall_time_range_h == pytest.approx((3.0 * low, 3.0 * high))
+    assert t.units_range == pytest.approx((24.0 * low, 24.0 * high))
+    assert f"measured step was {low:.2f} to {high:.2f} times the predicted one" in t.sentence
+    assert f"{3.0 * low:.3g} to {3.0 * high:.3g} hours" in t.sentence
     # a partial last step counts whole; JUWELS Booster bills 48 core-hours per node-hour and allows 24 h jobs:
     # 1001 steps x 108 s = 30.03 h on 4 nodes -> 2 jobs, 4 x 48 x 30.03 core-hours
     t = target_cost(1_000_001, 1000, 108.0, 16, load_profile("juwels-booster"), "a model")

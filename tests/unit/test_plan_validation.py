@@ -24,6 +24,7 @@ import tomllib
 
 from exatrain.config import load_config
 from exatrain.slurm.profiles import Hardware
+from exatrain.tools.plan import estimate
 from exatrain.tools.plan.search import evaluate, total_params
 from exatrain.train.preflight import preflight
 
@@ -199,6 +200,24 @@ def test_error_does_not_grow_beyond_the_documented_figures(records):
     # the page rounds to whole percent: allow that rounding, nothing more
     assert median <= _documented("median absolute error") + 0.005, median
     assert worst <= _documented("worst absolute error") + 0.005, worst
+
+
+def test_the_ratio_the_plan_prints_is_this_tables(records):
+    """estimate.PUBLISHED, which `--time` prints beside the prediction and `--target-tokens` applies to the
+    wall time and the units, is this table's measured / predicted step time: its count, lowest, median and
+    highest, to two decimals. A change of the model that moves the table fails here until it is updated."""
+    ratios = [r["measured_s"] / r["predicted_s"] for r in records]
+    p = estimate.PUBLISHED
+    assert p.runs == len(ratios)
+    assert (p.low, p.median, p.high) == tuple(
+        round(x, 2) for x in (min(ratios), statistics.median(ratios), max(ratios))
+    )
+    # the page states the same range
+    text = " ".join(PAGE.read_text().split())
+    assert (
+        f"measured step was {p.low:.2f} to {p.high:.2f} times the predicted one (median {p.median:.2f})"
+        in text
+    )
 
 
 def test_the_h100_run_measured_here_is_printed_and_within_its_documented_error():

@@ -96,6 +96,10 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         report["flight_recorder"] = flight_recorder_works()
         report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device)
         report["hbm_gbs"], report["hbm_what"] = doctor.memory_gbs(ctx.device, iters=args.iters)
+        seq_len, head_dim = getattr(args, "attention_shape", None) or (0, 0)
+        report["attention_tflops"], report["attention_what"] = doctor.attention_tflops(
+            ctx.device, seq_len, head_dim, iters=args.iters
+        )
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None
         problems = doctor.failures(reports, ctx.backend or "none", network)

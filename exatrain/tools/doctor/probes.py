@@ -85,6 +85,30 @@ def all_reduce_bus_bandwidth(algbw: float, ranks: int) -> float:
     return algbw * 2 * (ranks - 1) / ranks
 
 
+#: each rate probe runs for at least this long (whole batches of `iters` calls): a few calls of a millisecond,
+#: on a shared CPU or a GPU changing its clocks, measure the moment rather than the machine
+MIN_TIMED_S = 0.25
+
+
+def calls_per_s(call, device: torch.device, iters: int, min_s: float = MIN_TIMED_S) -> float:
+    """Calls per second of `call` on `device`: one warm-up call (kernel selection, allocation), a barrier
+    when a group exists (every rank starts at once and shares the node as training does), then batches of
+    `iters` calls until `min_s` seconds have passed."""
+    call()
+    _sync(device)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        for _ in range(iters):
+            call()
+        _sync(device)
+        calls += iters
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_s:
+            return calls / elapsed
+
+
 def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5) -> tuple[float, str]:
     """TFLOP/s of square matrix products on `device` (bf16 8192^3 on a GPU, as `matmul_tflops` of a profile's
     [hardware] means; fp32 512^3 on a CPU, where bf16 products are not the training path), and what ran."""
@@ -93,36 +117,49 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5) -> tuple[
     dtype = torch.bfloat16 if gpu else torch.float32
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
-    a @ b  # warm-up: kernel selection, allocation
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    _sync(device)
-    elapsed = time.perf_counter() - t0
-    return 2 * n**3 * iters / elapsed / 1e12, f"{str(dtype).removeprefix('torch.')} {n}x{n} products"
+    rate = calls_per_s(lambda: a @ b, device, iters)
+    return 2 * n**3 * rate / 1e12, f"{str(dtype).removeprefix('torch.')} {n}x{n} products"
+
+
+def attention_tflops(
+    device: torch.device, seq_len: int = 0, head_dim: int = 0, iters: int = 5
+) -> tuple[float, str]:
+    """TFLOP/s of torch's fused attention (F.scaled_dot_product_attention, causal, forward + backward) at one
+    shape, counted as the step-time model counts attention: 12 B H T^2 d FLOPs, the full T x T products of
+    the forward and the backward with no causal halving (`attention_tflops` of a profile's [hardware]
+    table). The shape is the job's (sequence length, head dimension) when given, else 2048 x 128 on a GPU
+    and 512 x 64 on a CPU; batch x heads fills 2^17 (GPU) or 2^13 (CPU) query rows. Attention runs below
+    the best matrix product, the more so the smaller the head dimension, so it has a rate of its own."""
+    import torch.nn.functional as F
+
+    gpu = device.type == "cuda"
+    t, d = seq_len or (2048 if gpu else 512), head_dim or (128 if gpu else 64)
+    heads = max(1, (2**17 if gpu else 2**13) // t)
+    dtype = torch.bfloat16 if gpu else torch.float32
+    q, k, v = (torch.randn(1, heads, t, d, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, heads, t, d, dtype=dtype, device=device)
+
+    def forward_backward():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+    rate = calls_per_s(forward_backward, device, iters)
+    kind = str(dtype).removeprefix("torch.")
+    what = f"{kind} causal attention, {heads} heads x {t} tokens x {d}, forward + backward"
+    return 12 * heads * t**2 * d * rate / 1e12, what
 
 
 def memory_gbs(device: torch.device, elements: int = 0, iters: int = 5) -> tuple[float, str]:
     """Memory bandwidth of this rank in GB/s, as STREAM's Add counts it: c = a + b over fp32 tensors larger
     than any cache (2^28 elements on a GPU, 2^24 on a CPU), bytes read + written (3 x 4 per element) over
-    the time. Every rank runs it at once (a barrier first when a group exists), so ranks sharing a memory
-    system each get their share, as they do in training. `hbm_gbs` of a profile's [hardware] table."""
+    the time. Every rank runs it at once (calls_per_s), so ranks sharing a memory system each get their
+    share, as they do in training. `hbm_gbs` of a profile's [hardware] table."""
     gpu = device.type == "cuda"
     n = elements or (2**28 if gpu else 2**24)
     a = torch.ones(n, dtype=torch.float32, device=device)
     b, c = torch.ones_like(a), torch.empty_like(a)
-    torch.add(a, b, out=c)  # warm-up: first touch of the pages, kernel selection
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        torch.add(a, b, out=c)
-    _sync(device)
-    elapsed = time.perf_counter() - t0
+    rate = calls_per_s(lambda: torch.add(a, b, out=c), device, iters)  # warm-up: first touch of the pages
     mib = n * 4 // 2**20
-    return 3 * 4 * n * iters / elapsed / 1e9, f"fp32 c = a + b over {mib} MiB tensors (STREAM Add)"
+    return 3 * 4 * n * rate / 1e9, f"fp32 c = a + b over {mib} MiB tensors (STREAM Add)"
 
 
 def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 0.0) -> list[str]:
@@ -137,6 +174,12 @@ def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 
         f"matmul_tflops = {slowest['matmul_tflops']:.4g}  # measured: {slowest['matmul_what']}, "
         f"slowest of {len(reports)} rank(s)"
     )
+    if all("attention_tflops" in r for r in reports):
+        slow = min(reports, key=lambda r: r["attention_tflops"])
+        lines.append(
+            f"attention_tflops = {slow['attention_tflops']:.4g}  # measured: {slow['attention_what']}, "
+            f"counted as 12 B H T^2 d, slowest of {len(reports)} rank(s)"
+        )
     if all("hbm_gbs" in r for r in reports):
         slow = min(reports, key=lambda r: r["hbm_gbs"])
         lines.append(

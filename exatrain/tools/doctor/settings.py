@@ -1,6 +1,7 @@
-"""The hang settings `exatrain doctor` reports: each from its flag when given, else from the job's config
-(`-c FILE` and `--section.key=value` overrides, read as `exatrain train` reads them), else the default;
-with where it came from, so that a user sees which of the three a job will run with (docs/hangs.md)."""
+"""What `exatrain doctor` takes from the job's config (`-c FILE` and `--section.key=value` overrides, read as
+`exatrain train` reads them): the hang settings it reports, each from its flag when given, else from the
+config, else the default, with where it came from, so that a user sees which of the three a job will run
+with (docs/hangs.md); and the attention shape its `attention_tflops` probe times."""
 
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ def hang_settings(config: str | None, overrides: list[str], collective_flag, wat
     )
     _check_collective(collective)
     return HangSettings(collective, Setting(_watcher_value(watcher), watcher.source))
+
+
+def attention_shape(config: str | None, overrides: list[str]) -> tuple[int, int] | None:
+    """(sequence length, head dimension) of the job's model, for the attention probe; None when neither a
+    config file nor a [model] or [data] override is given (the probe's defaults apply)."""
+    if not config and not any(parse_override(o)[0] in ("model", "data") for o in overrides):
+        return None
+    from exatrain.models import configured_shape
+
+    cfg = _config(config, overrides)
+    shape = configured_shape(cfg.model)
+    return cfg.data.seq_len, shape.dim // shape.n_heads
 
 
 def _config(config: str | None, overrides: list[str]):

@@ -9,7 +9,7 @@ documented in docs/planning.md; the names below follow it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from exatrain.errors import ConfigError
 
@@ -39,6 +39,27 @@ class StepInputs:
     microbatches: int  # pipeline microbatches per step (1 without pipeline parallel)
     local_param_elements: int  # parameters one rank updates (optimizer step)
     memory_bytes: float = 0.0  # bytes one rank's memory-bound kernels read and write per step (traffic.py)
+    # of flops_per_token, what the fused attention kernel (scaled_dot_product_attention) runs: 12 L D T; 0
+    # when the attention products are plain batched matrix products (at matmul_tflops like the rest)
+    attention_flops_per_token: float = 0.0
+    # communication runs beside the kernels (GPUs: copy engines and NCCL's own SMs); False on CPU nodes,
+    # where the same cores compute and communicate, so every collective adds to the step
+    overlap: bool = True
+
+
+@dataclass(frozen=True)
+class PublishedRatio:
+    """Measured over predicted step time on the published GPU runs of docs/plan-validation.md: where real
+    steps have fallen around the prediction, for a user who sizes an allocation on it. Not applied to the
+    prediction (nothing is fitted); tests/unit/test_plan_validation.py recomputes it from the table."""
+
+    runs: int
+    low: float
+    median: float
+    high: float
+
+
+PUBLISHED = PublishedRatio(runs=17, low=0.95, median=1.33, high=1.73)
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,7 @@ class StepTime:
     mfu: float | None
     breakdown: dict  # compute, memory-bound kernels, exposed communication, bubble, optimizer (seconds)
     comm_s: dict  # "kind over dim" -> seconds of that collective if not overlapped
+    published_ratio: dict = field(default_factory=lambda: asdict(PUBLISHED))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,12 +102,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     """Predict one step: compute + memory-bound kernels + exposed communication + pipeline bubble + optimizer
     (docs/planning.md). The memory-bound kernels (normalisation, activation, residual adds, casts, the loss)
     are separate kernels from the matrix products: their time adds to the compute, it does not overlap."""
-    compute = (
-        inputs.flops_per_token
-        * inputs.tokens_per_step
-        * inputs.recompute_factor
-        / (inputs.world_size * hw.matmul_tflops * 1e12)
-    )
+    compute = compute_seconds(inputs, hw)
     comm = {}
     exposed_dp = exposed_other = 0.0
     dp_total = 0.0
@@ -93,9 +110,9 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         crosses = len({r // inputs.gpus_per_node for r in c.ranks}) > 1  # ranks fill nodes in order
         t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw)
         comm[f"{c.kind} over {c.dim}"] = t
-        if set(c.dim.split("+")) <= set(DATA_PARALLEL):
+        if inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
             dp_total += t
-        else:  # tensor parallel (and anything else) sits in the critical path
+        else:  # tensor parallel (and anything else, and everything on CPU nodes) is in the critical path
             exposed_other += t
     memory = optimizer = 0.0
     if hw.hbm_gbs:
@@ -124,6 +141,17 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         },
         comm_s=comm,
     )
+
+
+def compute_seconds(inputs: StepInputs, hw) -> float:
+    """The FLOPs of one rank's step over the rates that run them: the matrix products at `matmul_tflops`,
+    the fused attention kernel's share at `attention_tflops` (its own measured rate: flash attention runs
+    below the best matrix product, more so at small head dimensions; `matmul_tflops` when not given)."""
+    attention_rate = hw.attention_tflops or hw.matmul_tflops
+    per_token = (
+        inputs.flops_per_token - inputs.attention_flops_per_token
+    ) / hw.matmul_tflops + inputs.attention_flops_per_token / attention_rate
+    return per_token * inputs.tokens_per_step * inputs.recompute_factor / (inputs.world_size * 1e12)
 
 
 def recompute_factor(ac: str, every: int) -> float:

@@ -76,7 +76,17 @@ class Plan:
         if self.target:
             t = self.target
             out["wall_time_h"] = t["wall_time_h"]
-            keys = ("units", "unit", "rule", "partition", "units_per_hour", "explanation", "jobs")
+            out["wall_time_range_h"] = t["wall_time_range_h"]
+            keys = (
+                "units",
+                "units_range",
+                "unit",
+                "rule",
+                "partition",
+                "units_per_hour",
+                "explanation",
+                "jobs",
+            )
             out["cost"] = {k: t[k] for k in keys}
         return out
 
@@ -177,23 +187,54 @@ def _predict(
     hardware,
     gpus_per_node: int,
 ) -> estimate.StepTime:
+    inputs = step_inputs(
+        cfg,
+        dims,
+        vocab,
+        shape_params(cfg, vocab),
+        gpus_per_node,
+        max(s.param_elements for s in shards),
+        norm_kernel(gpus_per_node),
+    )
+    return estimate.step_time(inputs, collectives, hardware)
+
+
+def step_inputs(
+    cfg: Config,
+    dims: ParallelDims,
+    vocab: int,
+    params: int,
+    gpus_per_node: int,
+    local_param_elements: int,
+    norm: str,
+    attention: str = "fused",
+) -> estimate.StepInputs:
+    """What the step-time model needs of a layout besides its collectives (`gpus_per_node` 0: a CPU node,
+    where communication cannot overlap the kernels; `norm`, `attention`: see memory_traffic)."""
     shape = configured_shape(cfg.model)
-    params = shape_params(cfg, vocab)
     matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as the trainer's MFU counts (train/trainer.py)
     p = cfg.parallel
-    inputs = estimate.StepInputs(
-        world_size=world_size,
-        gpus_per_node=gpus_per_node or world_size,
+    fused_attention = attention_flops_per_token(shape.n_layers, shape.dim, cfg.data.seq_len)
+    return estimate.StepInputs(
+        world_size=dims.world_size,
+        gpus_per_node=gpus_per_node or dims.world_size,
         flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
         tokens_per_step=cfg.train.global_batch_size * cfg.data.seq_len,
         recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
         pp=dims.pp,
-        pp_chunks=p.pp_stages_per_rank,
+        pp_chunks=p.pp_stages_per_rank if dims.pp_enabled else 1,
         microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
-        local_param_elements=max(s.param_elements for s in shards),
-        memory_bytes=memory_traffic(cfg, dims, vocab, norm_kernel(gpus_per_node)),
+        local_param_elements=local_param_elements,
+        memory_bytes=memory_traffic(cfg, dims, vocab, norm, attention),
+        attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
+        overlap=bool(gpus_per_node),
     )
-    return estimate.step_time(inputs, collectives, hardware)
+
+
+def attention_flops_per_token(n_layers: int, dim: int, seq_len: int) -> float:
+    """The attention term of transformer_flops_per_token: 12 L D T (scores and values, forward and
+    backward, no causal halving)."""
+    return 12.0 * n_layers * dim * seq_len
 
 
 def norm_kernel(gpus_per_node: int) -> str:

@@ -69,11 +69,21 @@ def print_plan(plan: Plan) -> None:
             f"{t['tokens_per_s']:,.0f} tokens/s, {t['tflops_per_gpu']:.1f} TFLOP/s per GPU{mfu}",
             highlight=False,
         )
+        r = t["published_ratio"]
+        console.print(
+            f"  published GPU runs took {r['low']:.2f}-{r['high']:.2f} x the model's step (median "
+            f"{r['median']:.2f} x, {r['runs']} runs, docs/plan-validation.md): "
+            f"{t['step_time_s'] * r['low'] * 1e3:.2f}-{t['step_time_s'] * r['high'] * 1e3:.2f} ms here",
+            highlight=False,
+        )
     if plan.target:
         t = plan.target
         console.print(
             f"to {t['target_tokens']:.3g} tokens: {t['steps']:,} steps, {num(t['wall_time_h'])} h wall time "
-            f"({t['jobs']} job(s) of the partition's time limit), {num(t['units'])} {t['unit']}",
+            f"({t['jobs']} job(s) of the partition's time limit), {num(t['units'])} {t['unit']}; "
+            f"at the published runs' ratios {num(t['wall_time_range_h'][0])}-"
+            f"{num(t['wall_time_range_h'][1])} h, {num(t['units_range'][0])}-{num(t['units_range'][1])} "
+            f"{t['unit']}",
             highlight=False,
         )
         console.print(f"  {t['explanation']}", highlight=False, markup=False)

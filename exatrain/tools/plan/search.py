@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from exatrain.config import Config
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
-from exatrain.observe.flops import transformer_flops_per_token
 from exatrain.tools.plan import analytic, estimate, memory
 from exatrain.tools.plan.planner import (
     activation_spec,
     analytic_model,
-    memory_traffic,
     norm_kernel,
     rank_plan,
+    step_inputs,
     step_shape,
 )
 from exatrain.train.preflight import preflight
@@ -133,7 +132,9 @@ def search(
         except ConfigError:
             continue
         considered += 1
-        layout = evaluate(cand, dims, vocab, hardware, per_node, gpu_gb, params, norm_kernel(gpus_per_node))
+        layout = evaluate(
+            cand, dims, vocab, hardware, gpus_per_node, gpu_gb, params, norm_kernel(gpus_per_node)
+        )
         if gpu_gb and layout.memory_bytes > gpu_gb * memory.GIB:
             dropped += 1
             continue
@@ -165,14 +166,14 @@ def evaluate(
     dims,
     vocab: int,
     hardware,
-    per_node: int,
+    gpus_per_node: int,
     gpu_gb,
     params: int,
     norm: str = "fused",
     attention: str = "fused",
 ) -> Layout:
-    """Memory (largest rank) and predicted step time of one checked layout (`norm`, `attention`: which
-    kernels the memory-bound term counts, planner.memory_traffic)."""
+    """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
+    `norm`, `attention`: which kernels run, planner.memory_traffic)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
@@ -186,20 +187,8 @@ def evaluate(
     micro = dims.microbatches(p) if dims.pp_enabled else 1
     step = step_shape(cfg, dims)
     comm = analytic.collectives(m, dims, step, shards[0])
-    shape = m.shape
-    matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as planner._predict and the trainer count
-    inputs = estimate.StepInputs(
-        world_size=dims.world_size,
-        gpus_per_node=per_node,
-        flops_per_token=transformer_flops_per_token(matmul, shape.n_layers, shape.dim, cfg.data.seq_len),
-        tokens_per_step=t.global_batch_size * cfg.data.seq_len,
-        recompute_factor=estimate.recompute_factor(p.activation_checkpoint, p.activation_checkpoint_every),
-        pp=dims.pp,
-        pp_chunks=chunks,
-        microbatches=micro,
-        local_param_elements=max(s.param_elements for s in shards),
-        memory_bytes=memory_traffic(cfg, dims, vocab, norm, attention),
-    )
+    local = max(s.param_elements for s in shards)
+    inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, norm, attention)
     st = estimate.step_time(inputs, comm, hardware)
     return Layout(
         degrees=dims.degrees(),

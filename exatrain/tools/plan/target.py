@@ -16,6 +16,7 @@ from exatrain.slurm.billing import estimate_cost
 from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.spec import JobSpec
 from exatrain.slurm.timefmt import parse_slurm_time
+from exatrain.tools.plan.estimate import PUBLISHED
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,11 @@ class TargetCost:
     target_tokens: int
     steps: int
     wall_time_h: float
+    wall_time_range_h: tuple[float, float]  # at the published runs' lowest and highest measured/predicted
     nodes: int
     gpus_per_node: int
     units: float
+    units_range: tuple[float, float]
     unit: str
     rule: str
     partition: str
@@ -72,22 +75,27 @@ def target_cost(
     part = profile.partition_named(hourly.partition)
     limit = parse_slurm_time(part.max_time) if part is not None and part.max_time else None
     jobs = math.ceil(wall_h * 3600 / limit) if limit else 1
+    low, high = PUBLISHED.low, PUBLISHED.high
     sentence = (
         f"Training {what} on {tokens:.3g} tokens ({steps:,} steps of {tokens_per_step:,} tokens) takes "
         f"{num(wall_h)} hours of wall time on {nodes} node(s) x {per_node} GPUs of {profile.name} "
         f"(partition {hourly.partition}) at a predicted {step_time_s:.3g} s per step, i.e. "
-        f"{num(units)} {hourly.unit} under the site's {hourly.rule} billing rule; the step time is predicted "
-        "by exatrain plan from the site's measured hardware constants and excludes evaluation, "
-        "checkpointing, "
-        "restarts and queueing, for which a margin should be added."
+        f"{num(units)} {hourly.unit} under the site's {hourly.rule} billing rule. The step time is predicted "
+        "by exatrain plan from the site's measured hardware constants; on "
+        f"{PUBLISHED.runs} published training runs the measured step was {low:.2f} to {high:.2f} times the "
+        f"predicted one (median {PUBLISHED.median:.2f}), which puts this training at {num(wall_h * low)} to "
+        f"{num(wall_h * high)} hours ({num(units * low)} to {num(units * high)} {hourly.unit}). Evaluation, "
+        "checkpointing, restarts and queueing are not included, for which a margin should be added."
     )
     return TargetCost(
         target_tokens=tokens,
         steps=steps,
         wall_time_h=wall_h,
+        wall_time_range_h=(wall_h * low, wall_h * high),
         nodes=nodes,
         gpus_per_node=per_node,
         units=units,
+        units_range=(units * low, units * high),
         unit=hourly.unit,
         rule=hourly.rule,
         partition=hourly.partition,
