@@ -9,7 +9,7 @@ COPY` predicts the step; `exatrain train --nproc W` measures it: the median of t
 after the first window (warm-up). Nothing is fitted: the prediction only sees the doctor's constants and
 the model's shape.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_cpu.py [--worlds 1,2,4] [--steps 40]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_cpu.py [--worlds 1,2,4] [--steps 40] [--repeats 3]
 
 Prints one line per world size: the constants, predicted and measured step time and the error
 (predicted / measured - 1), then the raw JSON of each step.
@@ -110,24 +110,42 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default="1,2,4")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="doctor, plan and training this many times per world size, one after the other (a shared "
+        "machine's speed drifts between them; the last line per W compares the medians)",
+    )
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         for world in map(int, args.worlds.split(",")):
             micro = 16 // world  # no gradient accumulation: one micro batch per rank per step
-            hardware = hardware_lines(world, where)
-            plan = predicted(world, profile(world, hardware, where), micro, where)
-            windows = measured(world, args.steps, micro, where)
-            step = statistics.median(windows[1:])
-            rows.append((world, hardware, plan, windows, step))
-            error = plan["step_time_s"] / step - 1
-            print(
-                f"W={world}: predicted {plan['step_time_s'] * 1e3:.1f} ms, measured {step * 1e3:.1f} ms "
-                f"(median of {len(windows) - 1} windows), error {error:+.0%}; "
-                + "; ".join(hardware.splitlines()[1:]),
-                flush=True,
-            )
+            pairs = []
+            for _ in range(args.repeats):
+                hardware = hardware_lines(world, where)
+                plan = predicted(world, profile(world, hardware, where), micro, where)
+                windows = measured(world, args.steps, micro, where)
+                step = statistics.median(windows[1:])
+                rows.append((world, hardware, plan, windows, step))
+                pairs.append((plan["step_time_s"], step))
+                error = plan["step_time_s"] / step - 1
+                print(
+                    f"W={world}: predicted {plan['step_time_s'] * 1e3:.1f} ms, measured {step * 1e3:.1f} ms "
+                    f"(median of {len(windows) - 1} windows), error {error:+.0%}; "
+                    + "; ".join(hardware.splitlines()[1:]),
+                    flush=True,
+                )
+            if args.repeats > 1:
+                p = statistics.median(x for x, _ in pairs)
+                m = statistics.median(y for _, y in pairs)
+                print(
+                    f"W={world}: median of {args.repeats} predictions {p * 1e3:.1f} ms, of {args.repeats} "
+                    f"measurements {m * 1e3:.1f} ms, error {p / m - 1:+.0%}",
+                    flush=True,
+                )
     for world, _hardware, plan, windows, _step in rows:
         print(
             json.dumps(
