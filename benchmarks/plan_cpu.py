@@ -1,13 +1,13 @@
 """Does `exatrain plan --time` predict a CPU gloo run on this machine? (issue 26: goal within 30 %)
 
 For each world size W: `exatrain doctor --nproc W --device cpu` measures this machine's constants (matmul
-TF/s, attention TF/s at the model's shape and memory bandwidth of each rank while all W run, the gloo
-all-reduce busbw of its sweep's largest message) and prints the [hardware] lines; they go into a copy of
-the cpu profile (gpus_per_node = 0: every rank on this one node, communication not overlapping the
-compute; the CPU's decomposed RMSNorm kernels); `exatrain plan --time --world-size W --site
-COPY` predicts the step; `exatrain train --nproc W` measures it: the median of the logged windows' `step_s`
-after the first window (warm-up). Nothing is fitted: the prediction only sees the doctor's constants and
-the model's shape.
+TF/s of the model's own products and attention TF/s at its shape, memory bandwidth of each rank while all
+W run, the gloo all-reduce busbw of its sweep's largest message) and prints the [hardware] lines; they go
+into a copy of the cpu profile (gpus_per_node = 0: every rank on this one node, communication not
+overlapping the compute; the CPU's decomposed RMSNorm kernels); `exatrain plan --time --world-size W
+--site COPY` predicts the step; `exatrain train --nproc W` measures it: the median of the logged windows'
+`step_s` after the first window (warm-up). Nothing is fitted: the prediction only sees the doctor's
+constants and the model's shape.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_cpu.py [--worlds 1,2,4] [--steps 40] [--repeats 3]
 
@@ -39,10 +39,11 @@ def _run(args: list[str], cwd: Path) -> str:
     return done.stdout
 
 
-def hardware_lines(world: int, cwd: Path) -> str:
+def hardware_lines(world: int, micro: int, cwd: Path) -> str:
     """The [hardware] table `exatrain doctor` prints for `world` local CPU ranks."""
-    # the model's options: the attention probe times the model's own shape (sequence, head dimension)
-    out = _run(["doctor", f"--nproc={world}", "--device=cpu", "--iters=5", *MODEL], cwd)
+    # the model's options: the matmul and attention probes time the job's own products and attention
+    job = [*MODEL, f"--train.micro_batch_size={micro}"]
+    out = _run(["doctor", f"--nproc={world}", "--device=cpu", "--iters=5", *job], cwd)
     # every `key = value  # comment` line of the table (a line's comment says how it was measured)
     match = re.search(r"^\[hardware\]\n(?:[a-z_]+ = [\d.e+-]+[^\n]*\n?)+", out, re.M)
     if match is None:
@@ -125,7 +126,7 @@ def main() -> None:
             micro = 16 // world  # no gradient accumulation: one micro batch per rank per step
             pairs = []
             for _ in range(args.repeats):
-                hardware = hardware_lines(world, where)
+                hardware = hardware_lines(world, micro, where)
                 plan = predicted(world, profile(world, hardware, where), micro, where)
                 windows = measured(world, args.steps, micro, where)
                 step = statistics.median(windows[1:])

@@ -135,11 +135,11 @@ def cmd_doctor(args, overrides: list[str]) -> int:
     """Run the doctor here if a launcher started us; otherwise on --nproc local workers."""
     from exatrain.env import detect_environment
     from exatrain.launch import check_nproc, launch_local
-    from exatrain.tools.doctor.settings import attention_shape, hang_settings
+    from exatrain.tools.doctor.settings import hang_settings, job_shape
 
     # the job's hang settings (flags, else its config, else the defaults): bad input fails here, at once
     args.hang = hang_settings(args.config, overrides, args.collective_timeout, args.hang_timeout)
-    args.attention_shape = attention_shape(args.config, overrides)
+    args.job_shape = job_shape(args.config, overrides)  # what the rate probes time (None: their defaults)
     env = detect_environment(None)
     nproc = check_nproc(args.nproc or 1)
     if env.kind != "local" or nproc == 1:

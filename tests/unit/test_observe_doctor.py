@@ -331,17 +331,39 @@ def test_attention_rate_counts_the_full_products_of_forward_and_backward(monkeyp
     assert "16 heads x 512 tokens x 64" in doctor.attention_tflops(torch.device("cpu"), iters=1)[1]
 
 
-def test_attention_shape_is_the_jobs_model_when_its_config_is_given(tmp_path):
-    """The probe times the job's (sequence length, head dimension): from -c FILE or [model] / [data]
-    overrides; other overrides alone leave the probe's defaults (None)."""
-    from exatrain.tools.doctor.settings import attention_shape
+def test_job_shape_is_the_jobs_model_when_its_config_is_given(tmp_path):
+    """The probes time the job's shapes: from -c FILE or [model] / [data] / [train] overrides; other
+    overrides alone leave the probes' defaults (None). Tokens are one rank's micro-batch."""
+    from exatrain.tools.doctor.settings import JobShape, job_shape
 
-    assert attention_shape(None, []) is None
-    assert attention_shape(None, ["--train.steps=10"]) is None
-    assert attention_shape(None, ["--model.size=tiny", "--data.seq_len=128"]) == (128, 128 // 4)
+    assert job_shape(None, []) is None
+    assert job_shape(None, ["--run.hang_timeout_s=0"]) is None
+    tiny = ["--model.size=tiny", "--data.seq_len=128", "--data.kind=synthetic", "--train.micro_batch_size=4"]
+    # tiny: dim 128, 2 layers, 4 heads (models/sizes.py); MLP 4 x dim; synthetic data's 512 tokens
+    assert job_shape(None, tiny) == JobShape(128, 32, 128, 512, 2, 512, 4 * 128)
     config = tmp_path / "job.toml"
     config.write_text("[model]\ndim = 1024\nn_heads = 8\n[data]\nseq_len = 4096\n")
-    assert attention_shape(str(config), []) == (4096, 128)
+    shape = job_shape(str(config), [])
+    assert (shape.seq_len, shape.head_dim, shape.dim, shape.hidden) == (4096, 128, 1024, 4096)
+
+
+def test_matmul_rate_of_the_jobs_products_weights_blocks_and_head(monkeypatch):
+    """With the job's shape the rate is the step's linear products: per block wq, wk, wv, wo (dim x dim)
+    and w1, w2 (dim x hidden), and the head (dim x vocabulary), each 3 products of 2 x tokens x in x out
+    FLOPs. Dim 4, hidden 8, vocabulary 16, 32 tokens: a block is 6 x 32 x (4 x 16 + 32 + 32) = 24576
+    FLOPs, the head 6 x 32 x 64 = 12288. A clock that says a block's call took 2 s and the head's 1 s
+    gives, over 3 blocks and the head, (3 x 24576 + 12288) FLOPs / (3 x 2 + 1) s."""
+    from exatrain.tools.doctor.settings import JobShape
+
+    clock = iter([0.0, 2.0, 10.0, 11.0])
+    monkeypatch.setattr(doctor.time, "perf_counter", lambda: next(clock))
+    shape = JobShape(seq_len=8, head_dim=2, dim=4, hidden=8, n_layers=3, vocab=16, tokens=32)
+    tflops, what = doctor.matmul_tflops(torch.device("cpu"), iters=1, shape=shape)
+    assert tflops == pytest.approx((3 * 24576 + 12288) / 7 / 1e12)
+    assert what == (
+        "float32 products of the job's linear layers at 32 tokens (dim 4, hidden 8, vocabulary 16), forward "
+        "and backward, 3 blocks + head"
+    )
 
 
 def test_memory_bandwidth_counts_bytes_read_and_written(monkeypatch):

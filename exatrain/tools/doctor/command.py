@@ -94,11 +94,11 @@ def _checks(env, args, nccl_log: Path | None) -> int:
             init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
         report["flight_recorder"] = flight_recorder_works()
-        report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device)
+        shape = getattr(args, "job_shape", None)  # set by cmd_doctor; absent when a test calls in directly
+        report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device, shape=shape)
         report["hbm_gbs"], report["hbm_what"] = doctor.memory_gbs(ctx.device, iters=args.iters)
-        seq_len, head_dim = getattr(args, "attention_shape", None) or (0, 0)
         report["attention_tflops"], report["attention_what"] = doctor.attention_tflops(
-            ctx.device, seq_len, head_dim, iters=args.iters
+            ctx.device, shape.seq_len if shape else 0, shape.head_dim if shape else 0, iters=args.iters
         )
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None

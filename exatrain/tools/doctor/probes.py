@@ -109,16 +109,64 @@ def calls_per_s(call, device: torch.device, iters: int, min_s: float = MIN_TIMED
             return calls / elapsed
 
 
-def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5) -> tuple[float, str]:
-    """TFLOP/s of square matrix products on `device` (bf16 8192^3 on a GPU, as `matmul_tflops` of a profile's
-    [hardware] means; fp32 512^3 on a CPU, where bf16 products are not the training path), and what ran."""
+def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=None) -> tuple[float, str]:
+    """TFLOP/s of matrix products on `device`, and what ran (`matmul_tflops` of a profile's [hardware]).
+
+    Without the job's `shape`: square products, bf16 8192^3 on a GPU, fp32 512^3 on a CPU (where bf16
+    products are not the training path). With it (settings.JobShape, from the job's config): the job's own
+    products, as the step runs them: one block's linear layers (wq, wk, wv, wo: dim x dim; w1, w2: dim x
+    hidden) and the output head (dim x vocabulary) at the rank's tokens per micro-batch, each forward
+    (x W^T) and both backward products (dY W, dY^T x), the block weighted n_layers times. A small model's
+    products run far below the square's rate, and that is the rate its step has; a product that does not
+    fit in memory falls back to the squares."""
     gpu = device.type == "cuda"
-    n = size or (8192 if gpu else 512)
     dtype = torch.bfloat16 if gpu else torch.float32
+    kind = str(dtype).removeprefix("torch.")
+    if shape is not None:
+        try:
+            return _job_products_tflops(device, dtype, shape, iters), (
+                f"{kind} products of the job's linear layers at {shape.tokens} tokens (dim {shape.dim}, "
+                f"hidden {shape.hidden}, vocabulary {shape.vocab}), forward and backward, {shape.n_layers} "
+                "blocks + head"
+            )
+        except (RuntimeError, MemoryError) as e:  # torch's out-of-memory errors are RuntimeErrors
+            fallback = f" (the job's products did not fit: {str(e).splitlines()[0][:80]})"
+    else:
+        fallback = ""
+    n = size or (8192 if gpu else 512)
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
     rate = calls_per_s(lambda: a @ b, device, iters)
-    return 2 * n**3 * rate / 1e12, f"{str(dtype).removeprefix('torch.')} {n}x{n} products"
+    return 2 * n**3 * rate / 1e12, f"{kind} {n}x{n} products{fallback}"
+
+
+def _job_products_tflops(device: torch.device, dtype: torch.dtype, shape, iters: int) -> float:
+    """TFLOP/s over the step's linear products: (n_layers x block FLOPs + head FLOPs) / (n_layers x block
+    time + head time), each timed by calls_per_s."""
+    d, h = shape.dim, shape.hidden
+    block_s, block_flops = _linear_products(
+        [(d, d)] * 4 + [(d, h), (h, d)], shape.tokens, dtype, device, iters
+    )
+    head_s, head_flops = _linear_products([(d, shape.vocab)], shape.tokens, dtype, device, iters)
+    n = shape.n_layers
+    return (n * block_flops + head_flops) / (n * block_s + head_s) / 1e12
+
+
+def _linear_products(layers, tokens: int, dtype: torch.dtype, device: torch.device, iters: int):
+    """(seconds, FLOPs) of one call running the forward and backward products of linear layers
+    (in, out) at `tokens` rows: y = x W^T, dx = dy W, dW = dy^T x (as autograd computes them)."""
+    tensors = [
+        tuple(torch.randn(*s, dtype=dtype, device=device) for s in ((tokens, i), (o, i), (tokens, o)))
+        for i, o in layers
+    ]
+
+    def call():
+        for x, w, dy in tensors:
+            x @ w.t()
+            dy @ w
+            dy.t() @ x
+
+    return 1 / calls_per_s(call, device, iters), sum(3 * 2 * tokens * i * o for i, o in layers)
 
 
 def attention_tflops(

@@ -1,7 +1,7 @@
 """What `exatrain doctor` takes from the job's config (`-c FILE` and `--section.key=value` overrides, read as
 `exatrain train` reads them): the hang settings it reports, each from its flag when given, else from the
 config, else the default, with where it came from, so that a user sees which of the three a job will run
-with (docs/hangs.md); and the attention shape its `attention_tflops` probe times."""
+with (docs/hangs.md); and the model shapes its matmul and attention probes time."""
 
 from __future__ import annotations
 
@@ -52,16 +52,38 @@ def hang_settings(config: str | None, overrides: list[str], collective_flag, wat
     return HangSettings(collective, Setting(_watcher_value(watcher), watcher.source))
 
 
-def attention_shape(config: str | None, overrides: list[str]) -> tuple[int, int] | None:
-    """(sequence length, head dimension) of the job's model, for the attention probe; None when neither a
-    config file nor a [model] or [data] override is given (the probe's defaults apply)."""
-    if not config and not any(parse_override(o)[0] in ("model", "data") for o in overrides):
+@dataclass(frozen=True)
+class JobShape:
+    """The shapes of the job's model that the doctor's rate probes time (from its config)."""
+
+    seq_len: int
+    head_dim: int
+    dim: int
+    hidden: int  # the MLP's width
+    n_layers: int
+    vocab: int
+    tokens: int  # per micro-batch on one rank: train.micro_batch_size x data.seq_len
+
+
+def job_shape(config: str | None, overrides: list[str]) -> JobShape | None:
+    """The job's model shapes, for the matmul and attention probes; None when neither a config file nor a
+    [model], [data] or [train] override is given (the probes' defaults apply)."""
+    if not config and not any(parse_override(o)[0] in ("model", "data", "train") for o in overrides):
         return None
     from exatrain.models import configured_shape
+    from exatrain.tools.plan.planner import default_vocab
 
     cfg = _config(config, overrides)
     shape = configured_shape(cfg.model)
-    return cfg.data.seq_len, shape.dim // shape.n_heads
+    return JobShape(
+        seq_len=cfg.data.seq_len,
+        head_dim=shape.dim // shape.n_heads,
+        dim=shape.dim,
+        hidden=shape.mlp_ratio * shape.dim,
+        n_layers=shape.n_layers,
+        vocab=default_vocab(cfg)[0],
+        tokens=cfg.train.micro_batch_size * cfg.data.seq_len,
+    )
 
 
 def _config(config: str | None, overrides: list[str]):
