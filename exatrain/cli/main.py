@@ -320,7 +320,8 @@ def _add_job_commands(sub) -> None:
         "-c",
         "--config",
         help="the job's TOML configuration file: its [dist] timeout_s and [run] hang_timeout_s are "
-        "reported and checked (any --section.key=value overrides it; the two flags below win)",
+        "reported and checked, and the [hardware] rates are timed on its model's products and attention "
+        "shape (any --section.key=value overrides it; the two flags below win)",
     )
     do.add_argument(
         "--hang-timeout",
