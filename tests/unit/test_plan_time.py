@@ -169,6 +169,44 @@ def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):
     assert r.returncode == 2 and "--site" in r.stderr and "HINT:" in r.stderr, r.stderr
 
 
+def test_text_output_gives_the_published_range_of_the_step_and_the_wall_time(exatrain_cli, tmp_path):
+    """The table output prints the predicted step and, under it, the step at the published runs' lowest
+    and highest measured / predicted ratios; with --target-tokens the wall time at those ratios."""
+    import re
+
+    site = _site(tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0)
+    r = exatrain_cli(
+        "plan",
+        "--world-size=2",
+        f"--site={site}",
+        "--target-tokens=1e9",
+        "--model.size=tiny",
+        "--data.seq_len=64",
+        "--train.micro_batch_size=2",
+        "--train.global_batch_size=4",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    step = float(re.search(r"predicted step: ([\d.]+) ms", r.stdout).group(1))
+    low, high = estimate.PUBLISHED.low, estimate.PUBLISHED.high
+    m = re.search(
+        r"published GPU runs took ([\d.]+)-([\d.]+) x the model's step .*: ([\d.]+)-([\d.]+) ms here",
+        r.stdout,
+    )
+    assert m, r.stdout
+    assert (float(m.group(1)), float(m.group(2))) == (low, high)
+    assert float(m.group(3)) == pytest.approx(step * low, abs=0.01)
+    assert float(m.group(4)) == pytest.approx(step * high, abs=0.01)
+    wall = re.search(
+        r"steps, ([\d.,]+) h wall time .* at the published runs' ratios ([\d.,]+)-([\d.,]+) h", r.stdout
+    )
+    assert wall, r.stdout
+    hours = [float(g.replace(",", "")) for g in wall.groups()]
+    assert hours[1] == pytest.approx(hours[0] * low, rel=0.01) and hours[2] == pytest.approx(
+        hours[0] * high, rel=0.01
+    )
+
+
 def test_json_has_the_prediction(exatrain_cli, tmp_path):
     site = _site(
         tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0, hbm_gbs=1555.0
