@@ -364,6 +364,12 @@ def test_matmul_rate_of_the_jobs_products_weights_blocks_and_head(monkeypatch):
         "float32 products of the job's linear layers at 32 tokens (dim 4, hidden 8, vocabulary 16), forward "
         "and backward, 3 blocks + head"
     )
+    # a micro-batch beyond the CPU's 2^11 rows is timed at 2^11 (the rate has saturated; the time and the
+    # head's memory have not), and the line says so
+    clock = iter([0.0, 1.0, 2.0, 3.0])
+    big = JobShape(seq_len=8, head_dim=2, dim=4, hidden=8, n_layers=3, vocab=16, tokens=10**6)
+    what = doctor.matmul_tflops(torch.device("cpu"), iters=1, shape=big)[1]
+    assert "at 2048 tokens (of the job's 1000000)" in what
 
 
 def test_memory_bandwidth_counts_bytes_read_and_written(monkeypatch):

@@ -109,13 +109,19 @@ def calls_per_s(call, device: torch.device, iters: int, min_s: float = MIN_TIMED
             return calls / elapsed
 
 
+#: the job's products are timed at most at this many tokens (rows), CPU / GPU: beyond it the rate no longer
+#: grows, while the time (a large model's block on a CPU) and the head's memory (tokens x vocabulary) do
+MAX_PRODUCT_ROWS = {False: 2**11, True: 2**15}
+
+
 def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=None) -> tuple[float, str]:
     """TFLOP/s of matrix products on `device`, and what ran (`matmul_tflops` of a profile's [hardware]).
 
     Without the job's `shape`: square products, bf16 8192^3 on a GPU, fp32 512^3 on a CPU (where bf16
     products are not the training path). With it (settings.JobShape, from the job's config): the job's own
     products, as the step runs them: one block's linear layers (wq, wk, wv, wo: dim x dim; w1, w2: dim x
-    hidden) and the output head (dim x vocabulary) at the rank's tokens per micro-batch, each forward
+    hidden) and the output head (dim x vocabulary) at the rank's tokens per micro-batch (at most
+    MAX_PRODUCT_ROWS), each forward
     (x W^T) and both backward products (dY W, dY^T x), the block weighted n_layers times. A small model's
     products run far below the square's rate, and that is the rate its step has; a product that does not
     fit in memory falls back to the squares."""
@@ -123,9 +129,12 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=Non
     dtype = torch.bfloat16 if gpu else torch.float32
     kind = str(dtype).removeprefix("torch.")
     if shape is not None:
+        rows = min(shape.tokens, MAX_PRODUCT_ROWS[gpu])
+        of_job = "" if rows == shape.tokens else f" (of the job's {shape.tokens})"
         try:
-            return _job_products_tflops(device, dtype, shape, iters), (
-                f"{kind} products of the job's linear layers at {shape.tokens} tokens (dim {shape.dim}, "
+            # one call per timed batch: a large model's call on a CPU takes seconds (0.25 s of them is plenty)
+            return _job_products_tflops(device, dtype, shape, rows, 1), (
+                f"{kind} products of the job's linear layers at {rows} tokens{of_job} (dim {shape.dim}, "
                 f"hidden {shape.hidden}, vocabulary {shape.vocab}), forward and backward, {shape.n_layers} "
                 "blocks + head"
             )
@@ -140,14 +149,12 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=Non
     return 2 * n**3 * rate / 1e12, f"{kind} {n}x{n} products{fallback}"
 
 
-def _job_products_tflops(device: torch.device, dtype: torch.dtype, shape, iters: int) -> float:
-    """TFLOP/s over the step's linear products: (n_layers x block FLOPs + head FLOPs) / (n_layers x block
-    time + head time), each timed by calls_per_s."""
+def _job_products_tflops(device: torch.device, dtype: torch.dtype, shape, rows: int, iters: int) -> float:
+    """TFLOP/s over the step's linear products at `rows` tokens: (n_layers x block FLOPs + head FLOPs) /
+    (n_layers x block time + head time), each timed by calls_per_s."""
     d, h = shape.dim, shape.hidden
-    block_s, block_flops = _linear_products(
-        [(d, d)] * 4 + [(d, h), (h, d)], shape.tokens, dtype, device, iters
-    )
-    head_s, head_flops = _linear_products([(d, shape.vocab)], shape.tokens, dtype, device, iters)
+    block_s, block_flops = _linear_products([(d, d)] * 4 + [(d, h), (h, d)], rows, dtype, device, iters)
+    head_s, head_flops = _linear_products([(d, shape.vocab)], rows, dtype, device, iters)
     n = shape.n_layers
     return (n * block_flops + head_flops) / (n * block_s + head_s) / 1e12
 
