@@ -58,7 +58,13 @@ def transformer_flops_per_token(matmul_params: int, n_layers: int, dim: int, seq
 
     N: parameters outside the embedding tables (matmul weights incl. the output head); the attention
     term counts the full T x T score and value products (no causal halving)."""
-    return 6.0 * matmul_params + 12.0 * n_layers * dim * seq_len
+    return 6.0 * matmul_params + attention_flops_per_token(n_layers, dim, seq_len)
+
+
+def attention_flops_per_token(n_layers: int, dim: int, seq_len: int) -> float:
+    """The attention term of transformer_flops_per_token: 12 L D T (the T x T score and value products,
+    forward and backward, no causal halving); what a fused attention kernel runs."""
+    return 12.0 * n_layers * dim * seq_len
 
 
 def measure_flops_per_token(train_step: Callable[[], object], tokens: int) -> float:

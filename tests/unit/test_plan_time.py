@@ -197,11 +197,11 @@ def test_text_output_gives_the_published_range_of_the_step_and_the_wall_time(exa
     assert (float(m.group(1)), float(m.group(2))) == (low, high)
     assert float(m.group(3)) == pytest.approx(step * low, abs=0.01)
     assert float(m.group(4)) == pytest.approx(step * high, abs=0.01)
-    wall = re.search(
+    hours_line = re.search(
         r"steps, ([\d.,]+) h wall time .* at the published runs' ratios ([\d.,]+)-([\d.,]+) h", r.stdout
     )
-    assert wall, r.stdout
-    hours = [float(g.replace(",", "")) for g in wall.groups()]
+    assert hours_line, r.stdout
+    hours = [float(g.replace(",", "")) for g in hours_line.groups()]
     assert hours[1] == pytest.approx(hours[0] * low, rel=0.01) and hours[2] == pytest.approx(
         hours[0] * high, rel=0.01
     )

@@ -94,7 +94,7 @@ def _checks(env, args, nccl_log: Path | None) -> int:
             init_nccl_alone(ctx.device)  # one rank has no group: NCCL's set-up is still what it would use
         report["nccl"] = _nccl_report(nccl_log) if ctx.device.type == "cuda" else None
         report["flight_recorder"] = flight_recorder_works()
-        shape = getattr(args, "job_shape", None)  # set by cmd_doctor; absent when a test calls in directly
+        shape = args.job_shape  # the job's model (cmd_doctor), None without its config
         report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device, shape=shape)
         report["hbm_gbs"], report["hbm_what"] = doctor.memory_gbs(ctx.device, iters=args.iters)
         report["attention_tflops"], report["attention_what"] = doctor.attention_tflops(

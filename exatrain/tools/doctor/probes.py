@@ -126,8 +126,7 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=Non
     products run far below the square's rate, and that is the rate its step has; a product that does not
     fit in memory falls back to the squares."""
     gpu = device.type == "cuda"
-    dtype = torch.bfloat16 if gpu else torch.float32
-    kind = str(dtype).removeprefix("torch.")
+    dtype, kind = _training_dtype(device)
     if shape is not None:
         rows = min(shape.tokens, MAX_PRODUCT_ROWS[gpu])
         of_job = "" if rows == shape.tokens else f" (of the job's {shape.tokens})"
@@ -147,6 +146,13 @@ def matmul_tflops(device: torch.device, size: int = 0, iters: int = 5, shape=Non
     b = torch.randn(n, n, dtype=dtype, device=device)
     rate = calls_per_s(lambda: a @ b, device, iters)
     return 2 * n**3 * rate / 1e12, f"{kind} {n}x{n} products{fallback}"
+
+
+def _training_dtype(device: torch.device) -> tuple[torch.dtype, str]:
+    """The dtype products run in training, and its name: bf16 on a GPU, fp32 on a CPU (where bf16 products
+    are not the training path)."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return dtype, str(dtype).removeprefix("torch.")
 
 
 def _job_products_tflops(device: torch.device, dtype: torch.dtype, shape, rows: int, iters: int) -> float:
@@ -190,7 +196,7 @@ def attention_tflops(
     gpu = device.type == "cuda"
     t, d = seq_len or (2048 if gpu else 512), head_dim or (128 if gpu else 64)
     heads = max(1, (2**17 if gpu else 2**13) // t)
-    dtype = torch.bfloat16 if gpu else torch.float32
+    dtype, kind = _training_dtype(device)
     q, k, v = (torch.randn(1, heads, t, d, dtype=dtype, device=device, requires_grad=True) for _ in range(3))
     grad = torch.randn(1, heads, t, d, dtype=dtype, device=device)
 
@@ -198,7 +204,6 @@ def attention_tflops(
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
 
     rate = calls_per_s(forward_backward, device, iters)
-    kind = str(dtype).removeprefix("torch.")
     what = f"{kind} causal attention, {heads} heads x {t} tokens x {d}, forward + backward"
     return 12 * heads * t**2 * d * rate / 1e12, what
 

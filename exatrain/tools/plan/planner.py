@@ -16,7 +16,7 @@ from exatrain.config import Config
 from exatrain.distributed.parallel_dims import ParallelDims
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
-from exatrain.observe.flops import transformer_flops_per_token
+from exatrain.observe.flops import attention_flops_per_token, transformer_flops_per_token
 from exatrain.tools.plan import analytic, estimate, memory, traffic
 from exatrain.tools.plan.comm import comm_table, measure_step_comm
 from exatrain.tools.plan.layout import RankShards, measure_rank, representative_ranks
@@ -229,12 +229,6 @@ def step_inputs(
         attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
         overlap=bool(gpus_per_node),
     )
-
-
-def attention_flops_per_token(n_layers: int, dim: int, seq_len: int) -> float:
-    """The attention term of transformer_flops_per_token: 12 L D T (scores and values, forward and
-    backward, no causal halving)."""
-    return 12.0 * n_layers * dim * seq_len
 
 
 def norm_kernel(gpus_per_node: int) -> str:
