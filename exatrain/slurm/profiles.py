@@ -66,6 +66,9 @@ class Partition:
     mem_per_node_gb: int = _f("Memory a job may ask for per node in GB; 0 = not known.", 0)
 
 
+HARDWARE_SOURCES = ("", "published", "measured")
+
+
 @dataclass(frozen=True)
 class Hardware:
     """[hardware]: the constants `exatrain plan --time` predicts a step from (0 = not known)."""
@@ -83,6 +86,12 @@ class Hardware:
     inter_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) across nodes, GB/s.", 0.0)
     hbm_gbs: float = _f(
         "Memory bandwidth of one GPU, GB/s (the optimizer step's time); 0 = not modelled.", 0.0
+    )
+    source: str = _f(
+        "Where the constants come from: 'published' (data sheets and public measurements, each cited in the "
+        "profile's comments: not this allocation's), 'measured' (exatrain doctor on the machine), or empty "
+        "(not said). `exatrain plan --time` says which.",
+        "",
     )
 
     def missing(self, keys: tuple[str, ...]) -> list[str]:
@@ -350,14 +359,23 @@ def _rule(data: Any, source: str) -> BillingRule:
 
 def _hardware(data: Any, source: str) -> Hardware:
     _check_keys(data, Hardware, source, "the hardware table")
-    values = {f.name: _typed(data, f.name, float, source, 0.0) for f in fields(Hardware)}
+    origin = _typed(data, "source", str, source, "")
+    if origin not in HARDWARE_SOURCES:
+        raise ConfigError(
+            f"{source}: source = {origin!r} is not one of {', '.join(map(repr, HARDWARE_SOURCES))}",
+            'write source = "measured" for values exatrain doctor measured on the machine, "published" for '
+            "data-sheet and published figures (cite each in a comment), or leave it out",
+        )
+    values = {
+        f.name: _typed(data, f.name, float, source, 0.0) for f in fields(Hardware) if f.name != "source"
+    }
     for key, value in values.items():
         if value < 0:
             raise ConfigError(
                 f"{source}: {key} = {value:g} is negative",
                 f"write {key} as a positive number, or leave it out when it is not known",
             )
-    return Hardware(**values)
+    return Hardware(**values, source=origin)
 
 
 def _partition(data: Any, source: str) -> Partition:

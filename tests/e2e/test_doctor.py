@@ -44,6 +44,7 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
     assert hardware.intra_node_busbw_gbs == pytest.approx(float(sizes[-1][3]), rel=0.01)
     assert hardware.matmul_tflops > 0 and hardware.missing(TIME_KEYS) == ["inter_node_busbw_gbs"]
     assert hardware.hbm_gbs > 0  # STREAM Add on each rank at once, the slowest
+    assert hardware.source == "measured"
     # the fused attention kernel at the default CPU shape (no job config given): its own measured rate
     assert hardware.attention_tflops > 0
     assert "causal attention, 16 heads x 512 tokens x 64, forward + backward" in r.stdout

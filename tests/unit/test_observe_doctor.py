@@ -316,6 +316,7 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     assert hw.intra_node_busbw_gbs == 0
     assert hw.hbm_gbs == 1200.0  # the slowest rank's memory bandwidth
     assert hw.attention_tflops == 99.5  # the slowest rank's attention rate
+    assert hw.source == "measured"  # so `exatrain plan --time` says its constants were measured
 
 
 def test_attention_rate_counts_the_full_products_of_forward_and_backward(monkeypatch):

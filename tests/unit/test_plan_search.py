@@ -11,12 +11,13 @@ import pytest
 
 from exatrain.config import load_config
 from exatrain.models import configured_shape
-from exatrain.slurm.profiles import PROFILE_DIR, Hardware
+from exatrain.slurm.profiles import Hardware
 from exatrain.tools.plan import analytic, make_plan
 from exatrain.tools.plan.comm import measure_step_comm
 from exatrain.tools.plan.layout import measure_rank
 from exatrain.tools.plan.search import model_of, search
 from exatrain.train.preflight import preflight
+from tests.unit.site_files import site_with_hardware
 
 HW = Hardware(peak_tflops=400.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=25.0)
 VOCAB = 1000
@@ -123,14 +124,8 @@ def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
 
 
 def _site(tmp_path) -> str:
-    text = (PROFILE_DIR / "juwels-booster.toml").read_text()
-    hw = (
-        "peak_tflops = 312.0\nmatmul_tflops = 200.0\nintra_node_busbw_gbs = "
-        "100.0\ninter_node_busbw_gbs = 20.0"
-    )
-    path = tmp_path / "site.toml"
-    path.write_text(text.replace("peak_tflops = 312.0", hw))
-    return str(path)
+    hw = dict(peak_tflops=312.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=20.0)
+    return site_with_hardware(tmp_path, **hw)
 
 
 def test_search_cli_json_and_bad_input(exatrain_cli, tmp_path):

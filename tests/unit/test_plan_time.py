@@ -14,6 +14,7 @@ from exatrain.errors import ConfigError
 from exatrain.slurm.profiles import PROFILE_DIR, Hardware, load_profile, profile_from_dict
 from exatrain.tools.plan import estimate
 from exatrain.tools.plan.comm import Collective
+from tests.unit.site_files import site_with_hardware
 
 HW = Hardware(peak_tflops=400.0, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, inter_node_busbw_gbs=25.0)
 
@@ -133,30 +134,80 @@ def test_hardware_table_is_parsed_and_validated(tmp_path):
         profile_from_dict({**data, "hardware": {"matmul_tflops": -1}})
     with pytest.raises(ConfigError, match="unknown key"):
         profile_from_dict({**data, "hardware": {"matmul_tflop": 1.0}})
+    with pytest.raises(ConfigError, match="source = 'guessed' is not one of") as e:
+        profile_from_dict({**data, "hardware": {"source": "guessed"}})
+    assert 'source = "measured"' in e.value.hint
+
+
+def test_bundled_profiles_carry_published_constants_with_their_sources():
+    """lumi-g, juwels-booster and jureca-dc carry every key `--time` needs, marked "published": for LUMI-G
+    the MI250X GCD's figures of the validation table (the same sources); for the JSC A100 40 GB nodes the
+    validation A100's peak, matmul and NVLink figures, the 40 GB card's data-sheet memory bandwidth (1555
+    GB/s) and the node's NICs as the inter-node bound (JUWELS Booster 4 x 200 Gb/s, JURECA-DC 2 x 100
+    Gb/s)."""
+    import tomllib
+
+    from tests.unit.test_plan_validation import HW_KEYS, ROOT
+
+    machines = tomllib.loads((ROOT / "tests/data/plan_validation.toml").read_text())["hardware"]
+    lumi = load_profile("lumi-g")
+    assert lumi.hardware.source == "published" and not lumi.hardware.missing(estimate.TIME_KEYS)
+    assert {k: getattr(lumi.hardware, k) for k in HW_KEYS} == {k: machines["mi250x-gcd"][k] for k in HW_KEYS}
+    assert lumi.gpus_per_node == machines["mi250x-gcd"]["gpus_per_node"]
+    a100 = machines["a100-80gb"]
+    for name, nics, gbit in (("juwels-booster", 4, 200), ("jureca-dc", 2, 100)):
+        hw = load_profile(name).hardware
+        assert hw.source == "published" and not hw.missing(estimate.TIME_KEYS), name
+        assert (hw.peak_tflops, hw.matmul_tflops, hw.intra_node_busbw_gbs) == (
+            a100["peak_tflops"],
+            a100["matmul_tflops"],
+            a100["intra_node_busbw_gbs"],
+        )
+        assert hw.hbm_gbs == 1555.0 and hw.inter_node_busbw_gbs == nics * gbit / 8, name
+
+
+def test_the_plan_says_where_its_constants_come_from(exatrain_cli, tmp_path):
+    """A bundled profile's published constants are called that (text and --json), in --time and --search; a
+    profile whose [hardware] came from the doctor says measured."""
+    args = ["plan", "--world-size", "16", "--model.size=tiny", "--data.seq_len=64"]
+    args += ["--train.global_batch_size=32", "--train.micro_batch_size=2"]
+    r = exatrain_cli(*args, "--site", "lumi-g", "--time")
+    assert r.returncode == 0, r.stderr
+    assert (
+        "hardware constants: PUBLISHED figures" in r.stdout and "not measured on your allocation" in r.stdout
+    )
+    r = exatrain_cli(*args, "--site", "lumi-g", "--time", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["constants"] == "published", r.stderr
+    r = exatrain_cli(*args, "--site", "juwels-booster", "--search", "--top", "1")
+    assert r.returncode == 0 and "hardware constants: PUBLISHED figures" in r.stdout, r.stderr
+    r = exatrain_cli(*args, "--site", "juwels-booster", "--search", "--top", "1", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["constants"] == "published", r.stderr
+    measured = _site(
+        tmp_path,
+        source="measured",
+        matmul_tflops=200.0,
+        intra_node_busbw_gbs=100.0,
+        inter_node_busbw_gbs=20.0,
+    )
+    r = exatrain_cli(*args, "--site", measured, "--time")
+    assert r.returncode == 0, r.stderr
+    assert "hardware constants: measured" in r.stdout and "PUBLISHED" not in r.stdout
 
 
 def _site(tmp_path, **hardware) -> str:
-    text = (
-        (PROFILE_DIR / "juwels-booster.toml")
-        .read_text()
-        .replace(
-            "peak_tflops = 312.0",
-            "\n".join(f"{k} = {v}" for k, v in {"peak_tflops": 312.0, **hardware}.items()),
-        )
-    )
-    path = tmp_path / "site.toml"
-    path.write_text(text)
-    return str(path)
+    return site_with_hardware(tmp_path, peak_tflops=312.0, **hardware)
 
 
-@pytest.mark.parametrize(
-    "site, expected",
-    [
-        ("lumi-g", "[hardware] lacks matmul_tflops, intra_node_busbw_gbs, inter_node_busbw_gbs"),
+def test_time_without_hardware_names_the_keys(exatrain_cli, tmp_path):
+    cases = [
+        (_site(tmp_path), "[hardware] lacks matmul_tflops, intra_node_busbw_gbs, inter_node_busbw_gbs"),
         ("cpu", "has no [hardware] table"),
-    ],
-)
-def test_time_without_hardware_names_the_keys(exatrain_cli, site, expected):
+    ]
+    for site, expected in cases:
+        _check_refused(exatrain_cli, site, expected)
+
+
+def _check_refused(exatrain_cli, site, expected):
     r = exatrain_cli("plan", "--world-size", "8", "--site", site, "--time", "--model.size=tiny")
     assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

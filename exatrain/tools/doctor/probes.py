@@ -227,7 +227,10 @@ def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 
     the slowest rank's matmul TF/s and memory bandwidth, and the busbw of the sweep's largest all_reduce as
     intra-node (all ranks on one node) or inter-node bandwidth (ranks on several nodes)."""
     slowest = min(reports, key=lambda r: r["matmul_tflops"])
-    lines = ["[hardware]"]
+    lines = [
+        "[hardware]",
+        'source = "measured"  # by exatrain doctor (peak_tflops, if below, is the data sheet\'s)',
+    ]
     if peak_tflops:
         lines.append(f"peak_tflops = {peak_tflops:g}  # from the site profile (data sheet)")
     lines.append(

@@ -71,6 +71,7 @@ class StepTime:
     breakdown: dict  # compute, memory-bound kernels, exposed communication, bubble, optimizer (seconds)
     comm_s: dict  # "kind over dim" -> seconds of that collective if not overlapped
     published_ratio: dict = field(default_factory=lambda: asdict(PUBLISHED))
+    constants: str = ""  # the [hardware] table's source: "published", "measured" or "" (not said)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +88,23 @@ def check_hardware(hardware, site: str):
             "(measured values, docs/planning.md) and pass its path with --site",
         )
     return hardware
+
+
+def constants_note(source: str) -> str:
+    """One sentence on where the [hardware] constants come from, so a prediction made from a bundled profile's
+    published figures is never read as one made from this machine's measurements."""
+    if source == "measured":
+        return 'hardware constants: measured (source = "measured": exatrain doctor on the machine)'
+    if source == "published":
+        return (
+            'hardware constants: PUBLISHED figures (source = "published": data sheets and public '
+            "measurements, cited in the site profile), not measured on your allocation; measure them with "
+            "`exatrain doctor` there and pass a profile with its [hardware] lines (docs/planning.md)"
+        )
+    return (
+        "hardware constants: the profile's [hardware] table does not say where they come from "
+        '(source = "measured" or "published")'
+    )
 
 
 def collective_seconds(kind: str, nbytes: int, group_size: int, crosses_nodes: bool, hw) -> float:
@@ -140,6 +158,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
             "optimizer_s": optimizer,
         },
         comm_s=comm,
+        constants=hw.source,
     )
 
 

@@ -140,6 +140,7 @@ def make_plan(
     if hardware is not None:
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
+        notes.append(estimate.constants_note(hardware.source))
     return Plan(
         world_size=world_size,
         layout=dims.describe(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from exatrain.tools.plan.estimate import constants_note
 from exatrain.tools.plan.memory import GIB
 from exatrain.tools.plan.planner import Plan
 from exatrain.tools.plan.target import num
@@ -110,3 +111,4 @@ def print_search(result) -> None:
         "  - PREDICTIONS of the step-time model (docs/planning.md); memory and collectives counted in closed "
         "form (exatrain/tools/plan/analytic.py); check the chosen layout with `exatrain plan` and its options"
     )
+    print(f"  - {constants_note(result.constants)}")

@@ -64,6 +64,7 @@ class SearchResult:
     dropped_for_memory: int
     layouts: list[Layout]  # the best `top`, fastest first
     elapsed_s: float
+    constants: str = ""  # the [hardware] table's source (profiles.Hardware.source)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -147,7 +148,8 @@ def search(
             "model.n_heads and model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
         )
     ranked.sort(key=lambda x: (x.step_time_s, x.memory_bytes))  # ties: the smaller footprint first
-    return SearchResult(world_size, considered, dropped, ranked[:top], time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    return SearchResult(world_size, considered, dropped, ranked[:top], elapsed, hardware.source)
 
 
 def total_params(cfg: Config, vocab: int) -> int:
