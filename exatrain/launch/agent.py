@@ -19,6 +19,7 @@ from pathlib import Path
 
 from exatrain.env.torch_version import check_torch_floor, torch_version
 from exatrain.errors import EXIT_HANG, ExatrainError
+from exatrain.launch import exit_barrier
 from exatrain.slurm.rendezvous import LOCAL_ADDR_SINCE
 from exatrain.slurm.torchrun_line import GRACE, HANDLE, extra_signals, native_signal_handling, signal_options
 
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if forwarder:
         forwarder.install()
+    exit_barrier.install()  # the agent hosting the rendezvous store leaves last (pytorch/pytorch#69520)
     try:
         try:
             run(parse_args(args))
