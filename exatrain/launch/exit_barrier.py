@@ -108,7 +108,11 @@ def listening_inodes(port: int) -> set[str]:
 def own_socket_inodes() -> set[str]:
     """Inodes of the sockets this process holds open."""
     inodes = set()
-    for fd in Path("/proc/self/fd").iterdir():
+    try:
+        fds = list(Path("/proc/self/fd").iterdir())
+    except OSError:  # no /proc: then no agent here is known to host the store, and none waits
+        return inodes
+    for fd in fds:
         try:
             target = os.readlink(fd)
         except OSError:
