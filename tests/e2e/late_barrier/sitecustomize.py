@@ -1,6 +1,7 @@
 """Test hook (tests/e2e/test_agent_exit_barrier.py): in a torchrun agent started with LATE_BARRIER_WAIT=S, the
-wait of torch's exit barrier starts S seconds late, which opens the window of pytorch/pytorch#69520 every
-time (the store's host leaves while this agent still waits). Workers (LOCAL_RANK set) are untouched."""
+wait of torch's exit barrier starts S seconds after every agent has arrived (its last-member key is set),
+which opens the window of pytorch/pytorch#69520 every time, whichever agent arrives last: the store's host,
+free to go, leaves while this agent still has its wait to make. Workers (LOCAL_RANK set) are untouched."""
 
 import os
 import time
@@ -14,9 +15,11 @@ if os.environ.get("LATE_BARRIER_WAIT") and "LOCAL_RANK" not in os.environ:
         def __init__(self, store):
             self._store = store
 
-        def wait(self, *args, **kwargs):
+        def wait(self, keys, *args, **kwargs):
+            while not self._store.check(keys):  # until the last agent has arrived
+                time.sleep(0.05)
             time.sleep(float(os.environ["LATE_BARRIER_WAIT"]))
-            return self._store.wait(*args, **kwargs)
+            return self._store.wait(keys, *args, **kwargs)
 
         def __getattr__(self, name):
             return getattr(self._store, name)
