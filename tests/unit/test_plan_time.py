@@ -313,6 +313,8 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
 def test_target_tokens_wall_time_and_billing_use_the_cost_code():
     """Wall time = steps x step time; units = `exatrain cost`'s arithmetic (estimate_cost) for the layout's
     nodes and that wall time; the numbers below are the profiles' rules worked by hand."""
+    import dataclasses
+
     from exatrain.slurm.billing import estimate_cost
     from exatrain.slurm.spec import JobSpec
     from exatrain.tools.plan.target import target_cost
@@ -326,6 +328,11 @@ def test_target_tokens_wall_time_and_billing_use_the_cost_code():
     same = estimate_cost(JobSpec(nodes=2, gpus_per_node=8, time="03:00:00"), lumi)
     assert t.units == pytest.approx(same.units) and t.unit == same.unit == "GPU-hours"
     assert "3 hours of wall time" in t.sentence and "24.0 GPU-hours" in t.sentence and "margin" in t.sentence
+    # the bundled profile's constants are published figures, and the sentence says so (never "measured")
+    assert "from published hardware figures (data sheets and public measurements), not measured" in t.sentence
+    own = dataclasses.replace(lumi, hardware=dataclasses.replace(lumi.hardware, source="measured"))
+    sentence = target_cost(1_080_000, 1000, 10.0, 16, own, "a model").sentence
+    assert "from hardware constants measured on the site with exatrain doctor" in sentence
     # the range real steps fell in on the published runs (estimate.PUBLISHED, recomputed from the validation
     # table by test_plan_validation.py), applied to the wall time and the units, and said in the sentence
     low, high = estimate.PUBLISHED.low, estimate.PUBLISHED.high

@@ -56,6 +56,16 @@ def job_shape(world_size: int, profile: SiteProfile) -> tuple[int, int]:
     return world_size // per_node, per_node
 
 
+def _constants(profile: SiteProfile) -> str:
+    """What the prediction's hardware constants are, in the sentence's words ([hardware] source)."""
+    source = profile.hardware.source if profile.hardware else ""
+    if source == "measured":
+        return "hardware constants measured on the site with exatrain doctor"
+    if source == "published":
+        return "published hardware figures (data sheets and public measurements), not measured on the site"
+    return "the site profile's hardware constants"
+
+
 def target_cost(
     tokens: int, tokens_per_step: int, step_time_s: float, world_size: int, profile: SiteProfile, what: str
 ) -> TargetCost:
@@ -81,7 +91,7 @@ def target_cost(
         f"{num(wall_h)} hours of wall time on {nodes} node(s) x {per_node} GPUs of {profile.name} "
         f"(partition {hourly.partition}) at a predicted {step_time_s:.3g} s per step, i.e. "
         f"{num(units)} {hourly.unit} under the site's {hourly.rule} billing rule. The step time is predicted "
-        "by exatrain plan from the site's measured hardware constants; on "
+        f"by exatrain plan from {_constants(profile)}; on "
         f"{PUBLISHED.runs} published training runs the measured step was {low:.2f} to {high:.2f} times the "
         f"predicted one (median {PUBLISHED.median:.2f}), which puts this training at {num(wall_h * low)} to "
         f"{num(wall_h * high)} hours ({num(units * low)} to {num(units * high)} {hourly.unit}). Evaluation, "
