@@ -267,7 +267,10 @@ def test_reference_job_requeues_and_ends_like_an_uninterrupted_run(twin_runs, re
     assert record.get("state") == "COMPLETED", out
     assert "signalled_at" in record, f"the job ended before the test could signal it:\n{out}"
     assert out.count(f"exatrain job {record['job']} ") == 2, out  # the batch script ran twice
-    assert "signal SIGUSR2: checkpointing at step" in out and "resumed from" in out, out
+    # rank 0 logs it: "signal SIGUSR2" where its own worker got the signal first, "(on another rank)" where
+    # the other node's did (SLURM signals the two nodes' agents independently; seen in CI, 2026-11-27)
+    assert re.search(r"signal (SIGUSR2|\(on another rank\)): checkpointing at step", out), out
+    assert "resumed from" in out, out
     if (
         launch == "torchrun"
     ):  # the agent forwards the signal; the workers leave the requeue to the batch shell
