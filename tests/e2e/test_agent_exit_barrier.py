@@ -4,11 +4,12 @@ exit barrier" with a traceback after a job that finished well. exatrain's agent 
 exatrain/launch/exit_barrier.py) keeps the store's host until every agent has left.
 
 Two agents of a 2-node job run on this machine (c10d rendezvous on 127.0.0.1: the first one started hosts
-the store). The second agent's exit-barrier wait is made to start 5 s after both agents have arrived
-(tests/e2e/late_barrier/sitecustomize.py), so the race happens on every run instead of once in many
-multi-node jobs: torchrun itself (the control) shows the traceback, exatrain's agent does not. Not
-reproduced: agents on separate hosts, and the race's natural timing (the hook widens the window it has on
-a real cluster).
+the store). The second agent's exit-barrier wait is made to start after both agents have arrived and the
+store's host has gone, or 20 s without it going (tests/e2e/late_barrier/sitecustomize.py), so the race
+happens on every run, however loaded the machine, instead of once in many multi-node jobs: torchrun itself
+(the control) shows the traceback, exatrain's agent does not. (A fixed 5 s delay was not enough: in CI the
+host's agent once took longer to exit, and the control saw no race.) Not reproduced: agents on separate
+hosts, and the race's natural timing (the hook widens the window it has on a real cluster).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _two_agents(tmp_path: Path, launcher: list[str]) -> list[subprocess.Complete
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     host = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_listening(port, host)
-    late = {**env, "PYTHONPATH": f"{HOOK}{os.pathsep}{ROOT}", "LATE_BARRIER_WAIT": "5"}
+    late = {**env, "PYTHONPATH": f"{HOOK}{os.pathsep}{ROOT}"}
+    late.update(LATE_BARRIER_WAIT="20", LATE_BARRIER_PORT=str(port))
     other = subprocess.run(args, env=late, capture_output=True, text=True, timeout=120)
     out, _ = host.communicate(timeout=120)
     first = subprocess.CompletedProcess(args, host.returncode, out, "")
