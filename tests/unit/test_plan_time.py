@@ -346,3 +346,23 @@ def test_target_tokens_wall_time_and_billing_use_the_cost_code():
     assert t.units == pytest.approx(4 * 48 * 30.03) and t.unit == "core-hours"
     with pytest.raises(ConfigError, match="--target-tokens"):
         target_cost(0, 1000, 1.0, 16, lumi, "a model")
+
+
+def test_a_layout_that_does_not_fit_gets_a_hint_and_no_sentence_for_an_application(exatrain_cli):
+    """A 3.2B-parameter DDP layout on 40 GiB A100s (fp32 weights, gradients and AdamW: ~48 GiB before
+    activations) does not fit: the plan says how to make it fit, and offers no sentence for a resource
+    application (it would size an allocation for a job that cannot run). The first advice, sharding, fits."""
+    args = ["plan", "--site=juwels-booster", "--world-size=8", "--target-tokens=1e9", "--model.size=tiny"]
+    args += ["--model.dim=8192", "--model.n_layers=4", "--model.n_heads=64", "--data.seq_len=256"]
+    args += ["--train.global_batch_size=8", "--train.micro_batch_size=1"]
+    r = exatrain_cli(*args, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "verdict: does not fit" in r.stdout
+    hint = next(line for line in r.stdout.splitlines() if line.startswith("HINT:"))
+    assert "--parallel.dp_shard=N" in hint and "exatrain plan --search" in hint
+    assert "for a resource application: none: this layout does not fit" in r.stdout
+    assert "Training a " not in r.stdout
+    r = exatrain_cli(*args, "--parallel.dp_shard=8", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "verdict: fits" in r.stdout and "HINT:" not in r.stdout
+    assert "for a resource application: Training a " in r.stdout

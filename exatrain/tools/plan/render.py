@@ -26,6 +26,20 @@ def gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
+DOES_NOT_FIT_HINT = (
+    "shard the model over more ranks (--parallel.dp_shard=N, --parallel.tp=N or --parallel.pp=N), recompute "
+    "activations (--parallel.activation_checkpoint=full), lower --train.micro_batch_size, or let "
+    "`exatrain plan --search` find the fastest layout that fits"
+)
+
+NO_SENTENCE = "none: this layout does not fit the GPU's memory (see the HINT)"
+
+
+def fits(plan: Plan) -> bool:
+    """False when the largest rank is over the GPU's memory; True when it fits, is tight or is unknown."""
+    return not plan.peak.verdict.startswith("does not fit")
+
+
 def to_json(plan: Plan) -> str:
     return json.dumps(plan.to_dict(), indent=2)
 
@@ -54,6 +68,8 @@ def print_plan(plan: Plan) -> None:
     table.add_row("microbatches in flight", *(str(r.microbatches_in_flight) for r in plan.ranks))
     console.print(table)
     console.print(f"verdict: {plan.peak.verdict} (largest: rank {plan.peak.rank}, {gib(plan.peak.total)})")
+    if not fits(plan):
+        console.print(f"HINT: {DOES_NOT_FIT_HINT}", highlight=False, markup=False)
     if plan.comm:
         comm = Table(title="communication per step (rank 0)")
         for name in ("collective", "calls", "bytes (nccl-tests S)"):
@@ -88,7 +104,8 @@ def print_plan(plan: Plan) -> None:
             highlight=False,
         )
         console.print(f"  {t['explanation']}", highlight=False, markup=False)
-        console.print(f"for a resource application: {t['sentence']}", highlight=False, markup=False)
+        sentence = t["sentence"] if fits(plan) else NO_SENTENCE
+        console.print(f"for a resource application: {sentence}", highlight=False, markup=False)
     for note in plan.assumptions:
         console.print(f"  - {note}", highlight=False, markup=False)
 
