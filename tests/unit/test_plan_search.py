@@ -6,6 +6,7 @@ tests/distributed/test_plan_memory.py and test_plan_comm.py check against real g
 """
 
 import json
+import math
 
 import pytest
 
@@ -214,3 +215,31 @@ def test_closed_form_fsdp_inside_a_pipeline_matches_the_measured_step(name):
                 count, nbytes = measured.get(c.kind, (0, 0))
                 measured[c.kind] = (count + c.count, nbytes + c.bytes)
         assert counted == measured, (pp_rank, counted, measured)
+
+
+def test_a_search_where_nothing_fits_says_the_smallest_layout_and_how_many_gpus(exatrain_cli):
+    """Every valid layout over the GPU's memory: an error naming the smallest layout (the least memory of
+    the same search without a GPU size) and the GPUs the weights, gradients and AdamW state need, not an
+    empty list."""
+    from exatrain.errors import ConfigError
+    from exatrain.tools.plan import memory
+    from exatrain.tools.plan.search import total_params
+
+    cfg = _cfg("ddp")
+    every = search(cfg, 4, VOCAB, HW, 4, None, top=10_000).layouts
+    smallest = min(every, key=lambda x: (x.memory_bytes, x.step_time_s))
+    gpu_gb = 0.5 * smallest.memory_bytes / memory.GIB
+    with pytest.raises(ConfigError) as err:
+        search(cfg, 4, VOCAB, HW, 4, gpu_gb)
+    message, hint = str(err.value), err.value.hint
+    assert f"fits 4 GPUs of {gpu_gb:g} GiB: all {len(every)} valid layouts" in message
+    assert f"the smallest needs {memory.gib(smallest.memory_bytes)} per GPU" in message
+    assert smallest.overrides in message
+    state = total_params(cfg, VOCAB) * (4 + 4 + 8)  # fp32 weights, gradients, AdamW's two moments
+    gpus = max(5, math.ceil(state / (gpu_gb * memory.GIB)))
+    assert f"alone are {memory.gib(state)}, at least {gpus:,} GPUs" in hint
+    args = ["plan", "--world-size=8", "--search", "--site=juwels-booster", "--model.size=tiny"]
+    args += ["--model.dim=16384", "--model.n_layers=40", "--model.n_heads=128", "--data.seq_len=2048"]
+    r = exatrain_cli(*args, "--train.global_batch_size=8")
+    assert r.returncode == 2 and "no layout of this model fits 8 GPUs of 40 GiB" in r.stderr, r.stderr
+    assert "HINT: give the job more GPUs" in r.stderr and "Traceback" not in r.stderr

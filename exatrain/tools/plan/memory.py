@@ -165,6 +165,11 @@ def optimizer_bytes(param_elements: int, param_tensors: int) -> int:
     return param_elements * ADAMW_STATE_BYTES + param_tensors * STEP_BYTES
 
 
+def gib(n: float) -> str:
+    """Bytes as GiB (MiB below 1 GiB), e.g. '3.21 GiB'."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
+
+
 def verdict(total_bytes: float, gpu_gb: float | None) -> str:
     """'fits', 'tight' (above 90 % of the GPU) or 'does not fit'; 'unknown' without a GPU size."""
     if not gpu_gb:

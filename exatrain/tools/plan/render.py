@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from exatrain.tools.plan.estimate import constants_note
-from exatrain.tools.plan.memory import GIB
+from exatrain.tools.plan.memory import gib
 from exatrain.tools.plan.planner import Plan
 from exatrain.tools.plan.target import num
 
@@ -19,11 +19,6 @@ ROWS = (  # (label, RankPlan attribute)
     ("activations (in flight)", "activations"),
     ("total per GPU", "total"),
 )
-
-
-def gib(n: float) -> str:
-    """Bytes as GiB (MiB below 1 GiB), e.g. '3.21 GiB'."""
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
 DOES_NOT_FIT_HINT = (

@@ -126,6 +126,7 @@ def search(
     per_node = gpus_per_node or world_size
     considered = dropped = 0
     ranked: list[Layout] = []
+    smallest: Layout | None = None  # the dropped layout with the least memory, for the error below
     params = total_params(cfg, vocab)
     for cand in candidates(cfg, world_size, per_node):
         try:
@@ -138,6 +139,11 @@ def search(
         )
         if gpu_gb and layout.memory_bytes > gpu_gb * memory.GIB:
             dropped += 1
+            if smallest is None or (layout.memory_bytes, layout.step_time_s) < (
+                smallest.memory_bytes,
+                smallest.step_time_s,
+            ):
+                smallest = layout
             continue
         ranked.append(layout)
     if not considered:
@@ -147,9 +153,26 @@ def search(
             "micro batch at least pp samples) to a multiple of a large power of two, or check that "
             "model.n_heads and model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
         )
+    if not ranked:
+        raise nothing_fits(smallest, considered, world_size, gpu_gb, params)
     ranked.sort(key=lambda x: (x.step_time_s, x.memory_bytes))  # ties: the smaller footprint first
     elapsed = time.perf_counter() - t0
     return SearchResult(world_size, considered, dropped, ranked[:top], elapsed, hardware.source)
+
+
+def nothing_fits(smallest: Layout, considered: int, world_size: int, gpu_gb: float, params: int):
+    """The error of a search whose every valid layout is over the GPU's memory: the smallest one, and the
+    GPUs that the weights, gradients and AdamW state alone would need (16 bytes per parameter)."""
+    state = params * 16
+    at_least = max(world_size + 1, -(-state // (gpu_gb * memory.GIB)))
+    need, weights = memory.gib(smallest.memory_bytes), memory.gib(state)
+    return ConfigError(
+        f"no layout of this model fits {world_size:,} GPUs of {gpu_gb:g} GiB: all {considered:,} valid "
+        f"layouts are over the GPU's memory; the smallest needs {need} per GPU ({smallest.overrides})",
+        f"give the job more GPUs (its fp32 weights, gradients and AdamW state alone are {weights}, at least "
+        f"{at_least:,.0f} GPUs of {gpu_gb:g} GiB before activations), shorten --data.seq_len, or plan a "
+        "smaller model",
+    )
 
 
 def total_params(cfg: Config, vocab: int) -> int:
