@@ -209,7 +209,19 @@ def test_time_without_hardware_names_the_keys(exatrain_cli, tmp_path, site, expe
     site = site or _site(tmp_path)
     r = exatrain_cli("plan", "--world-size", "8", "--site", site, "--time", "--model.size=tiny")
     assert r.returncode == 2 and expected in r.stderr and "HINT:" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    assert "measure them with `exatrain doctor`" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_one_node_job_needs_no_inter_node_bandwidth(exatrain_cli, tmp_path):
+    """The [hardware] lines the doctor prints on one node (no inter-node busbw) predict a job on one node of
+    the site (4 GPUs of JUWELS Booster); a job on two nodes still asks for the inter-node key."""
+    site = _site(tmp_path, matmul_tflops=200.0, intra_node_busbw_gbs=100.0, hbm_gbs=1555.0)
+    args = ["plan", "--site", site, "--time", "--model.size=tiny", "--train.global_batch_size=16"]
+    r = exatrain_cli(*args, "--world-size=4", "--parallel.dp_shard=4", "--train.micro_batch_size=4")
+    assert r.returncode == 0 and "predicted step:" in r.stdout, r.stderr
+    r = exatrain_cli(*args, "--world-size=8", "--parallel.dp_shard=8", "--train.micro_batch_size=2")
+    assert r.returncode == 2 and "[hardware] lacks inter_node_busbw_gbs" in r.stderr, r.stderr
+    assert "HINT:" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):

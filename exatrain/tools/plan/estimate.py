@@ -77,15 +77,20 @@ class StepTime:
         return asdict(self)
 
 
-def check_hardware(hardware, site: str):
-    """The [hardware] table of a profile, or a ConfigError naming the keys a step time needs."""
-    missing = list(TIME_KEYS) if hardware is None else hardware.missing(TIME_KEYS)
+def check_hardware(hardware, site: str, nodes: int = 2):
+    """The [hardware] table of a profile, or a ConfigError naming the keys a step time needs. A job on one
+    node needs no inter-node bandwidth (none of its collectives crosses nodes), so the table that
+    `exatrain doctor` prints on one node is enough for it."""
+    needed = TIME_KEYS if nodes > 1 else tuple(k for k in TIME_KEYS if k != "inter_node_busbw_gbs")
+    missing = list(needed) if hardware is None else hardware.missing(needed)
     if missing:
         where = "has no [hardware] table" if hardware is None else f"[hardware] lacks {', '.join(missing)}"
+        keys = " = ..., ".join(missing)
         raise ConfigError(
             f"--time needs measured hardware constants, but site profile {site!r} {where}",
-            f"add [hardware] {' = ..., '.join(missing)} = ... to a copy of the profile "
-            "(measured values, docs/planning.md) and pass its path with --site",
+            "measure them with `exatrain doctor` on the site's nodes (it prints the [hardware] lines to "
+            "paste; for CPU runs `exatrain doctor --device cpu --nproc N`), add [hardware] "
+            f"{keys} = ... to a copy of the profile and pass its path with --site (docs/planning.md)",
         )
     return hardware
 
