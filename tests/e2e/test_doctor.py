@@ -11,7 +11,7 @@ from exatrain.tools.plan.estimate import TIME_KEYS
 pytestmark = pytest.mark.e2e
 
 
-def test_doctor_on_two_local_ranks(exatrain_cli):
+def test_doctor_on_two_local_ranks(exatrain_cli, tmp_path):
     r = exatrain_cli("doctor", "--nproc=2", "--max-size=64KiB", "--iters=2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "exatrain doctor: 2 rank(s) on 1 node(s), backend gloo" in r.stdout
@@ -48,6 +48,16 @@ def test_doctor_on_two_local_ranks(exatrain_cli):
     # the fused attention kernel at the default CPU shape (no job config given): its own measured rate
     assert hardware.attention_tflops > 0
     assert "causal attention, 16 heads x 512 tokens x 64, forward + backward" in r.stdout
+    # the user's next step: the printed table pasted into a copy of the cpu profile predicts a job on this
+    # one node (no inter-node busbw needed there)
+    from exatrain.slurm.profiles import PROFILE_DIR
+
+    site = tmp_path / "here.toml"
+    pasted = r.stdout[r.stdout.index("\n[hardware]\n") :]
+    site.write_text((PROFILE_DIR / "cpu.toml").read_text() + pasted)
+    plan = exatrain_cli("plan", f"--site={site}", "--world-size=2", "--time", "--model.size=tiny")
+    assert plan.returncode == 0 and "predicted step:" in plan.stdout, plan.stderr
+    assert "hardware constants: measured" in plan.stdout
 
 
 def _pasted_hardware(stdout: str):
