@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser(
         "plan",
         allow_abbrev=False,
-        help="check a parallel layout for N ranks in one process and estimate memory per GPU",
+        help="check a parallel layout for N ranks in one process: memory per GPU, with --time the step time, "
+        "--search the fastest layouts, --target-tokens wall time and cost",
         epilog="Any --section.key=value sets a config value, e.g. --parallel.tp=8 --model.size=xl.",
     )
     pl.add_argument("-c", "--config", help="TOML configuration file")
