@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="PyTorch training from one CPU to thousands of GPUs on SLURM clusters.",
     )
     p.add_argument("--version", action="version", version=f"exatrain {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    sub = p.add_subparsers(
+        prog="exatrain", dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS
+    )
 
     t = sub.add_parser(
         "train",

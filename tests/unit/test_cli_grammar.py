@@ -82,3 +82,19 @@ def test_an_override_with_a_space_is_not_taken_for_the_config_file(job, tmp_path
     """argparse reads `--run.dir=my runs/x` as a positional (it has a space): it stays an override."""
     assert main(["submit", "-c", job, "--dry-run", f"--run.dir={tmp_path / 'my runs' / 'x'}"]) == 0
     assert "my runs/x.sbatch" in capsys.readouterr().err
+
+
+def test_a_command_s_usage_and_errors_name_it_like_git_or_torchrun(capsys):
+    """`exatrain plan --help` starts "usage: exatrain plan", and a missing option says "exatrain plan: error",
+    not the top-level usage repeated before the command's name."""
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert capsys.readouterr().out.startswith("usage: exatrain plan [-h]")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan"])
+    err = capsys.readouterr().err
+    assert (
+        exit_.value.code == 2
+        and "exatrain plan: error: the following arguments are required: --world-size" in err
+    )
+    assert "COMMAND ..." not in err
