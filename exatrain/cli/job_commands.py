@@ -33,7 +33,8 @@ def cmd_cost(args, overrides: list[str]) -> int:
     job = load_config(args.config, overrides).job
     cost = estimate_cost(JobSpec.from_config(job), load_profile(job.profile))
     print(
-        f"{cost.units:g} {cost.unit} on {cost.partition} (rule {cost.rule}, for the whole time limit; "
+        f"{cost.units:g} {cost.unit} on {cost.partition or 'the default partition'} (rule {cost.rule}, "
+        "for the whole time limit; "
         f"sites charge the time used)"
     )
     print(f"  {cost.explanation}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from exatrain import __version__
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("output", help="file to write, e.g. model.pt")
     _add_job_commands(sub)
     p.epilog = _grouped_commands(sub)
+    p.commands = sub.choices  # command name -> its parser (for errors in the command's own words)
     return p
 
 
@@ -276,6 +278,9 @@ def _add_job_commands(sub) -> None:
     )
     for parser in (s, c, m):
         _config_options(parser, job_help)
+        parser.add_argument(
+            "--site", help="site profile (name or .toml path); the same as --job.profile=SITE"
+        )
     for parser in (s, m):
         parser.add_argument(
             "--array",
@@ -500,12 +505,16 @@ def _add_container_command(sub) -> None:
     )
 
 
-def _overrides(extra: list[str]) -> list[str]:
+def _overrides(command: str, extra: list[str]) -> list[str]:
+    """The --section.key=value words of a command that takes config values; anything else is refused,
+    naming the command's own options when the word looks like one of them."""
     bad = [a for a in extra if not (a.startswith("--") and "=" in a)]
     if bad:
+        options = [a for a in bad if a.startswith("-") and "." not in a.split("=")[0]]
         raise ExatrainError(
-            f"unrecognised argument(s): {' '.join(bad)}",
-            "config values are written --section.key=value (with '='), e.g. --train.steps=100",
+            f"unrecognised argument(s) of `exatrain {command}`: {' '.join(bad)}",
+            (f"`exatrain {command} --help` lists its options; " if options else "")
+            + "config values are written --section.key=value (with '='), e.g. --train.steps=100",
         )
     return extra
 
@@ -523,9 +532,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = _override_taken_for_a_file(args, extra)
         _resolve_config(args)
         if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale", "doctor"):
-            extra = _overrides(extra)
-        elif extra:
-            parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            extra = _overrides(args.command, extra)
+        elif extra:  # the command's own usage and name, as argparse gives them for its other errors
+            parser.commands[args.command].error(f"unrecognised arguments: {' '.join(extra)}")
+        if args.command in ("sbatch", "cost", "submit") and args.site:
+            extra = [*extra, f"--job.profile={args.site}"]
         from exatrain.cli import commands
 
         return getattr(commands, f"cmd_{args.command}")(args, extra) or 0
@@ -535,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("exatrain: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `exatrain cost | head -1`: the reader left; stop quietly, as cat or grep do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 1
 
 
 if __name__ == "__main__":

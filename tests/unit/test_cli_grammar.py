@@ -98,3 +98,47 @@ def test_a_command_s_usage_and_errors_name_it_like_git_or_torchrun(capsys):
         and "exatrain plan: error: the following arguments are required: --world-size" in err
     )
     assert "COMMAND ..." not in err
+
+
+def test_job_commands_take_the_site_as_site(job, capsys):
+    """`--site` names the site profile in sbatch, submit and cost too (as --job.profile=SITE; it wins over
+    the config file's [job] profile, like any command-line value)."""
+    assert main(["sbatch", "-c", job, "--site", "juwels-booster"]) == 0
+    script = capsys.readouterr().out
+    assert "profile juwels-booster" in script and "#SBATCH --partition=booster" in script
+    assert main(["sbatch", "-c", job, "--job.profile=juwels-booster"]) == 0
+    assert capsys.readouterr().out == script
+    assert main(["cost", "-c", job, "--site", "lumi-g"]) == 0
+    assert " on standard-g (rule whole-node" in capsys.readouterr().out
+    assert main(["cost", "-c", job]) == 0  # the cpu profile of JOB: no default partition
+    assert " on the default partition (rule " in capsys.readouterr().out
+
+
+def test_an_unknown_option_names_the_command_and_its_help(job, capsys):
+    assert main(["sbatch", "-c", job, "--sitee"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognised argument(s) of `exatrain sbatch`: --sitee" in err
+    assert "HINT: `exatrain sbatch --help` lists its options" in err
+    with pytest.raises(SystemExit):
+        main(["status", "--job", "12"])
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("usage: exatrain status")
+        and "exatrain status: error: unrecognised arguments: --job" in err
+    )
+
+
+def test_a_closed_pipe_stops_quietly():
+    """`exatrain config --reference | head -1`: exit code 1, no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        f"{sys.executable} -m exatrain.cli.main config --reference | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        executable="/bin/bash",
+    )
+    assert len(r.stdout) == 10 and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
