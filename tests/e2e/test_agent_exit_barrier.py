@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import clean_environment
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,9 @@ def _two_agents(tmp_path: Path, launcher: list[str]) -> list[subprocess.Complete
         f"--rdzv-id=race{port}",
         str(script),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # without launcher variables: an earlier in-process test of the same pytest worker may have left
+    # LOCAL_RANK set (exatrain.init exports it), which would make the agents' hook take them for workers
+    env = clean_environment({"PYTHONPATH": str(ROOT)})
     host = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_listening(port, host)
     late = {**env, "PYTHONPATH": f"{HOOK}{os.pathsep}{ROOT}"}
