@@ -7,9 +7,10 @@ Two agents of a 2-node job run on this machine (c10d rendezvous on 127.0.0.1: th
 the store). The second agent's exit-barrier wait is made to start after both agents have arrived and the
 store's host has gone, or 20 s without it going (tests/e2e/late_barrier/sitecustomize.py), so the race
 happens on every run, however loaded the machine, instead of once in many multi-node jobs: torchrun itself
-(the control) shows the traceback, exatrain's agent does not. (A fixed 5 s delay was not enough: in CI the
-host's agent once took longer to exit, and the control saw no race.) Not reproduced: agents on separate
-hosts, and the race's natural timing (the hook widens the window it has on a real cluster).
+(the control) shows the traceback, exatrain's agent does not. The agents get an environment without
+launcher variables: in the full suite an earlier in-process test had left LOCAL_RANK set, the hook took
+the agents for workers, and the control saw no race. Not reproduced: agents on separate hosts, and the
+race's natural timing (the hook widens the window it has on a real cluster).
 """
 
 from __future__ import annotations
