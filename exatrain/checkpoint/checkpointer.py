@@ -9,6 +9,7 @@ save when due, and on the pre-timeout signal checkpoint, requeue the SLURM job a
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 
 from torch.nn.parallel import DistributedDataParallel
@@ -22,6 +23,8 @@ from exatrain.distributed.seed import rank_seed, seed_everything
 from exatrain.errors import ExatrainError
 from exatrain.observe import heartbeat
 from exatrain.slurm.requeue import EXIT_REQUEUE, requeue_job
+
+OUTPUT_GRACE_S = 1.0  # between the requeue message and `scontrol requeue`
 
 _MISMATCH_HINT = (
     "build the same model (same class and sizes) as the run that wrote the checkpoint, or start "
@@ -155,8 +158,11 @@ class Checkpointer:
         env = self.ctx.env
         requeued, message = False, f"not a SLURM job step: {self.restart_hint}"
         if is_root() and env.kind == "slurm" and env.job_id:
-            # SLURM ends this job step as soon as the requeue is accepted: say so before asking
+            # SLURM ends this job step as soon as the requeue is accepted: say so before asking, and give
+            # srun a moment to forward the line to the job's output (lines still in flight when the step is
+            # killed are lost: seen in the SLURM test cluster)
             self.log(f"requeueing SLURM job {env.job_id}; it resumes from this checkpoint")
+            time.sleep(OUTPUT_GRACE_S)
             requeued, message = requeue_job(env.job_id)
         if is_root() and not requeued:  # the batch script (or `exatrain train --nproc`) requeues instead
             message = f"{message}; {request_requeue(self.run_dir, env.kind == 'torchelastic')}"
