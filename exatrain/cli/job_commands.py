@@ -34,8 +34,7 @@ def cmd_cost(args, overrides: list[str]) -> int:
     cost = estimate_cost(JobSpec.from_config(job), load_profile(job.profile))
     print(
         f"{cost.units:g} {cost.unit} on {cost.partition or 'the default partition'} (rule {cost.rule}, "
-        "for the whole time limit; "
-        f"sites charge the time used)"
+        "for the whole time limit; sites charge the time used)"
     )
     print(f"  {cost.explanation}")
     for advice in cost.advice:

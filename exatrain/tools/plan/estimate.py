@@ -77,7 +77,7 @@ class StepTime:
         return asdict(self)
 
 
-def check_hardware(hardware, site: str, nodes: int = 2):
+def check_hardware(hardware, site: str, nodes: int):
     """The [hardware] table of a profile, or a ConfigError naming the keys a step time needs. A job on one
     node needs no inter-node bandwidth (none of its collectives crosses nodes), so the table that
     `exatrain doctor` prints on one node is enough for it."""

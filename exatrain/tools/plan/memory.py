@@ -170,6 +170,12 @@ def gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
 
 
+def over(total_bytes: float, gpu_gb: float | None) -> bool:
+    """Whether `total_bytes` exceed a GPU of `gpu_gb` GiB (False without a GPU size): the verdict's
+    'does not fit', and what `--search` drops."""
+    return bool(gpu_gb) and total_bytes > gpu_gb * GIB
+
+
 def verdict(total_bytes: float, gpu_gb: float | None) -> str:
     """'fits', 'tight' (above 90 % of the GPU) or 'does not fit'; 'unknown' without a GPU size."""
     if not gpu_gb:
@@ -178,7 +184,7 @@ def verdict(total_bytes: float, gpu_gb: float | None) -> str:
             "gpu_memory_gb)"
         )
     share = total_bytes / (gpu_gb * GIB)
-    if share > 1:
+    if over(total_bytes, gpu_gb):
         return f"does not fit ({share:.0%} of {gpu_gb:g} GiB)"
     if share > TIGHT_FRACTION:
         return f"tight ({share:.0%} of {gpu_gb:g} GiB)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from exatrain.tools.plan.estimate import constants_note
-from exatrain.tools.plan.memory import gib
+from exatrain.tools.plan.memory import gib, over
 from exatrain.tools.plan.planner import Plan
 from exatrain.tools.plan.target import num
 
@@ -32,7 +32,7 @@ NO_SENTENCE = "none: this layout does not fit the GPU's memory (see the HINT)"
 
 def fits(plan: Plan) -> bool:
     """False when the largest rank is over the GPU's memory; True when it fits, is tight or is unknown."""
-    return not plan.peak.verdict.startswith("does not fit")
+    return not over(plan.peak.total, plan.gpu_memory_gb)
 
 
 def to_json(plan: Plan) -> str:

@@ -137,13 +137,9 @@ def search(
         layout = evaluate(
             cand, dims, vocab, hardware, gpus_per_node, gpu_gb, params, norm_kernel(gpus_per_node)
         )
-        if gpu_gb and layout.memory_bytes > gpu_gb * memory.GIB:
+        if memory.over(layout.memory_bytes, gpu_gb):
             dropped += 1
-            if smallest is None or (layout.memory_bytes, layout.step_time_s) < (
-                smallest.memory_bytes,
-                smallest.step_time_s,
-            ):
-                smallest = layout
+            smallest = layout if smallest is None else min(smallest, layout, key=_footprint)
             continue
         ranked.append(layout)
     if not considered:
@@ -160,10 +156,15 @@ def search(
     return SearchResult(world_size, considered, dropped, ranked[:top], elapsed, hardware.source)
 
 
+def _footprint(layout: Layout) -> tuple[int, float]:
+    """Order of the smallest layout: memory, then step time."""
+    return layout.memory_bytes, layout.step_time_s
+
+
 def nothing_fits(smallest: Layout, considered: int, world_size: int, gpu_gb: float, params: int):
     """The error of a search whose every valid layout is over the GPU's memory: the smallest one, and the
     GPUs that the weights, gradients and AdamW state alone would need (16 bytes per parameter)."""
-    state = params * 16
+    state = params * (4 + 4 + memory.ADAMW_STATE_BYTES)  # fp32 weights and gradients, AdamW's moments
     at_least = max(world_size + 1, -(-state // (gpu_gb * memory.GIB)))
     need, weights = memory.gib(smallest.memory_bytes), memory.gib(state)
     return ConfigError(
