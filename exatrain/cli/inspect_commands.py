@@ -69,8 +69,7 @@ def cmd_plan(args, overrides: list[str]) -> int:
                 f"use a multiple of {per_node} ranks, or a profile whose gpus_per_node fits the job",
             )
         if args.time:
-            nodes = -(-args.world_size // per_node) if per_node else 1  # a CPU profile: one node
-            hardware = check_hardware(profile.hardware, args.site, nodes)
+            hardware = check_hardware(profile.hardware, args.site, args.world_size, per_node)
     if args.search:
         return _search(cfg, args, hardware, per_node, gpu_gb)
     plan = make_plan(

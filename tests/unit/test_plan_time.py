@@ -224,6 +224,18 @@ def test_a_one_node_job_needs_no_inter_node_bandwidth(exatrain_cli, tmp_path):
     assert "HINT:" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_one_rank_job_needs_no_bandwidth(exatrain_cli, tmp_path):
+    """The [hardware] lines the doctor prints on one GPU (no busbw: one rank has nothing to all-reduce with)
+    predict a one-rank job; two ranks on the same node still ask for the intra-node key."""
+    site = _site(tmp_path, matmul_tflops=200.0, hbm_gbs=1555.0)
+    args = ["plan", "--site", site, "--time", "--model.size=tiny", "--train.global_batch_size=16"]
+    r = exatrain_cli(*args, "--world-size=1", "--train.micro_batch_size=16")
+    assert r.returncode == 0 and "exposed comm 0.00 ms" in r.stdout, r.stderr
+    r = exatrain_cli(*args, "--world-size=2", "--train.micro_batch_size=8")
+    assert r.returncode == 2 and "[hardware] lacks intra_node_busbw_gbs" in r.stderr, r.stderr
+    assert "inter_node" not in r.stderr and "Traceback" not in r.stderr
+
+
 def test_world_size_not_filling_nodes_and_time_without_site(exatrain_cli):
     r = exatrain_cli("plan", "--world-size", "6", "--site", "juwels-booster", "--model.size=tiny")
     assert r.returncode == 2 and "gpus_per_node = 4" in r.stderr and "HINT:" in r.stderr, r.stderr

@@ -77,11 +77,16 @@ class StepTime:
         return asdict(self)
 
 
-def check_hardware(hardware, site: str, nodes: int):
+def check_hardware(hardware, site: str, world_size: int, gpus_per_node: int):
     """The [hardware] table of a profile, or a ConfigError naming the keys a step time needs. A job on one
-    node needs no inter-node bandwidth (none of its collectives crosses nodes), so the table that
-    `exatrain doctor` prints on one node is enough for it."""
-    needed = TIME_KEYS if nodes > 1 else tuple(k for k in TIME_KEYS if k != "inter_node_busbw_gbs")
+    node needs no inter-node bandwidth (none of its collectives crosses nodes), and a job of one rank no
+    bandwidth at all (it issues no collective), so the table that `exatrain doctor` prints on one node, or
+    on one GPU, is enough for it."""
+    nodes = -(-world_size // gpus_per_node) if gpus_per_node else 1  # a CPU profile: one node
+    unused = {"inter_node_busbw_gbs"} if nodes == 1 else set()
+    if world_size == 1:
+        unused.add("intra_node_busbw_gbs")
+    needed = tuple(k for k in TIME_KEYS if k not in unused)
     missing = list(needed) if hardware is None else hardware.missing(needed)
     if missing:
         where = "has no [hardware] table" if hardware is None else f"[hardware] lacks {', '.join(missing)}"
