@@ -6,6 +6,9 @@
 #   bash benchmarks/gpu_check.sh OUTDIR [SIZES]   (one CUDA GPU and torch installed; SIZES: "xl" by
 #                                                 default, e.g. "medium large"; tests/gpu runs with xl only)
 #
+# A size is gpu_mfu's: a named one (with gpu_mfu's batch) or DIMxLAYERSxHEADS:BATCH, e.g. "2048x24x16:14"
+# for MPT-1b's shape and per-GPU batch; VOCAB (default 32000) sets the vocabulary of every size.
+#
 # Wheels the image lacks (python-hostlist, torchdata) are installed from .whl/ if that folder exists.
 # Each phase has its own time limit, so one that hangs leaves the others their time; each writes its
 # log to OUTDIR as it goes.
@@ -23,12 +26,19 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$out/info.log"
 
 sizes=${2:-xl}
+vocab=${VOCAB:-32000}
 declare -A batch=([medium]=32 [large]=16 [xl]=8)  # gpu_mfu's samples per step at T = 2048
-for size in $sizes; do
-    b=${batch[$size]}
-    # the job gpu_mfu times: batch b x 2048, bf16 autocast, blocks compiled, vocabulary 32000 (a text
-    # corpus of 31998 words + <eos>, <unk>; no corpus is read)
-    job=(--model.size=$size --data.kind=text --data.seq_len=2048 --data.max_vocab=31998
+for entry in $sizes; do
+    size=${entry%%:*}
+    b=${batch[$size]:-${entry#*:}}
+    model=(--model.size=$size)
+    if [[ $size == [0-9]* ]]; then  # DIMxLAYERSxHEADS on the xl preset, as gpu_mfu builds it
+        IFS=x read -r dim layers heads <<< "$size"
+        model=(--model.size=xl --model.dim=$dim --model.n_layers=$layers --model.n_heads=$heads)
+    fi
+    # the job gpu_mfu times: batch b x 2048, bf16 autocast, blocks compiled, vocabulary $vocab (a text
+    # corpus of vocab - 2 words + <eos>, <unk>; no corpus is read)
+    job=("${model[@]}" --data.kind=text --data.seq_len=2048 --data.max_vocab=$((vocab - 2))
         --train.global_batch_size=$b --train.micro_batch_size=$b --train.precision=bf16 --parallel.compile=true)
     echo "== doctor and plan: $size (constants measured on the job's shapes)" | tee -a "$out/info.log"
     timeout 120 python3 -m exatrain doctor --nproc 1 --device cuda "${job[@]}" 2>&1 | tee "$out/doctor-$size.log"
@@ -38,10 +48,9 @@ for size in $sizes; do
     { cat exatrain/slurm/profiles/generic-nvidia.toml; sed -n '/^\[hardware\]$/,$p' "$out/doctor-$size.log"
       echo "peak_tflops = 989.0"; } > "$site"
     timeout 120 python3 -m exatrain plan --site "$site" --world-size 1 --time "${job[@]}" 2>&1 | tee "$out/plan-$size.log"
+    echo "== gpu_mfu: $size" | tee -a "$out/info.log"
+    timeout 300 python3 -m benchmarks.gpu_mfu --sizes "$size" --batch "$b" --vocab "$vocab" --reps 3 2>&1 | tee "$out/mfu-$size.log"
 done
-
-echo "== gpu_mfu" | tee -a "$out/info.log"
-timeout 300 python3 -m benchmarks.gpu_mfu --sizes "${sizes// /,}" --reps 3 2>&1 | tee "$out/mfu.log"
 
 [ "$sizes" = xl ] || exit 0
 echo "== tests/gpu" | tee -a "$out/info.log"

@@ -18,6 +18,9 @@ full T x T score and value products, no causal halving). Peak: --peak-tflops (H1
 Peak memory: torch.cuda.max_memory_allocated over one step of a side, minus what was allocated before that
 side was built (the other side's resident state), next to `exatrain plan`'s per-GPU total for the layout.
 
+A size is a named one (medium, large, xl, ...) or DIMxLAYERSxHEADS, e.g. 2048x24x16 (the shape of a published
+run such as MPT-1b; the MLP stays 4 x DIM with GELU, like MPT's).
+
     python -m benchmarks.gpu_mfu [--sizes medium,xl] [--seq-len 2048] [--steps 10] [--reps 3]
                                  [--peak-tflops 989] [--profile DIR]
 
@@ -68,6 +71,24 @@ def flops_per_token(model, seq_len: int) -> float:
     return 6 * model.num_params(embeddings=False) + 12 * s.n_layers * s.dim * seq_len
 
 
+def size_overrides(size: str) -> list[str]:
+    """The [model] options of a size: a named one, or DIMxLAYERSxHEADS on top of the xl preset."""
+    if size[0].isdigit():
+        dim, layers, heads = size.split("x")
+        shape = {"dim": dim, "n_layers": layers, "n_heads": heads}
+        return ["--model.size=xl", *(f"--model.{key}={value}" for key, value in shape.items())]
+    return [f"--model.size={size}"]
+
+
+def build_model(size, vocab, seq_len):
+    """The reference model of a size (size_overrides), as the trainer builds it from its [model] section."""
+    from exatrain.config import load_config
+    from exatrain.models import configured_shape
+    from exatrain.models.transformer import TransformerLM
+
+    return TransformerLM(configured_shape(load_config(None, size_overrides(size)).model), vocab, seq_len)
+
+
 def exatrain_config(size, a, batch):
     """The configuration of a one-GPU `exatrain train` run of this size (compile per block)."""
     from exatrain.config import load_config
@@ -75,7 +96,7 @@ def exatrain_config(size, a, batch):
     return load_config(
         None,
         [
-            f"--model.size={size}",
+            *size_overrides(size),
             f"--data.seq_len={a.seq_len}",
             "--parallel.compile=true",
             f"--parallel.compile_backend={a.compile_backend}",
@@ -150,7 +171,6 @@ def fsdp_side(size, a, device, full_state, batch):
     from exatrain.distributed.parallelize import apply_compile, apply_fsdp
     from exatrain.distributed.state_dict import load_full_state_dict
     from exatrain.engines.optim import build_optimizer
-    from exatrain.models.transformer import build_model
 
     cfg = exatrain_config(size, a, batch)
     with torch.device("meta"):
@@ -176,8 +196,6 @@ def fsdp_side(size, a, device, full_state, batch):
 def plain_side(size, a, device, full_state, batch):
     """What a user writes by hand: per-block compile, autocast bf16, fused AdamW, clipping."""
     import torch
-
-    from exatrain.models.transformer import build_model
 
     model = build_model(size, a.vocab, a.seq_len)
     model.load_state_dict(full_state)
@@ -261,8 +279,6 @@ def plan_total(size, a, batch) -> float:
 
 def run_size(size, a, device, plans) -> dict:
     import torch
-
-    from exatrain.models.transformer import build_model
 
     torch.manual_seed(0)
     reference = build_model(size, a.vocab, a.seq_len)
