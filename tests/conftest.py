@@ -182,6 +182,19 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Each test leaves os.environ as it found it. In-process tests run exatrain.init, which exports RANK,
+    LOCAL_RANK, WORLD_SIZE and MASTER_* as torchrun would; left set, they reach the next test of the same
+    pytest worker (a leaked LOCAL_RANK once made tests/e2e/test_agent_exit_barrier.py's agents look like
+    workers). Fixtures of a wider scope set up before this snapshot, so what they export stays."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def exatrain_cli(tmp_path):
     """Call the CLI with cwd=tmp_path; returns CompletedProcess."""
