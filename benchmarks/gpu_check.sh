@@ -4,10 +4,11 @@
 # doctor measured on the same GPU a minute before.
 #
 #   bash benchmarks/gpu_check.sh OUTDIR [SIZES]   (one CUDA GPU and torch installed; SIZES: "xl" by
-#                                                 default, e.g. "medium large"; tests/gpu runs with xl only)
+#                                                 default, e.g. "medium large"; tests/gpu runs when SIZES is "xl")
 #
-# A size is gpu_mfu's: a named one (with gpu_mfu's batch) or DIMxLAYERSxHEADS:BATCH, e.g. "2048x24x16:14"
-# for MPT-1b's shape and per-GPU batch; VOCAB (default 32000) sets the vocabulary of every size.
+# A size is gpu_mfu's: a named one (medium, large, xl: gpu_mfu's batch unless SIZE:BATCH gives one) or
+# DIMxLAYERSxHEADS:BATCH, e.g. "2048x24x16:14" for MPT-1b's shape and per-GPU batch; VOCAB (default 32000)
+# sets the vocabulary of every size.
 #
 # Wheels the image lacks (python-hostlist, torchdata) are installed from .whl/ if that folder exists.
 # Each phase has its own time limit, so one that hangs leaves the others their time; each writes its
@@ -30,7 +31,12 @@ vocab=${VOCAB:-32000}
 declare -A batch=([medium]=32 [large]=16 [xl]=8)  # gpu_mfu's samples per step at T = 2048
 for entry in $sizes; do
     size=${entry%%:*}
-    b=${batch[$size]:-${entry#*:}}
+    if [[ $entry == *:* ]]; then
+        b=${entry#*:}
+    else
+        b=${batch[$size]:-}
+        [ -n "$b" ] || { echo "gpu_check.sh: size $size needs a batch: $size:BATCH" >&2; exit 2; }
+    fi
     model=(--model.size=$size)
     if [[ $size == [0-9]* ]]; then  # DIMxLAYERSxHEADS on the xl preset, as gpu_mfu builds it
         IFS=x read -r dim layers heads <<< "$size"
