@@ -22,7 +22,6 @@ wait for) and where each stands. `exatrain dump RUN_DIR` signals only ranks on i
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import re
 import signal
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from exatrain.env.watch import HangRequest, hang_request, run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.files import read_json, write_json, write_text
 from exatrain.launch import hang_exit
 from exatrain.launch.stacks import frames_of, pyspy_path, stall_frame, where
 
@@ -71,7 +71,7 @@ def install() -> HangRequest | None:
     _open_files.append(stacks)
     faulthandler.register(DUMP_SIGNAL, file=stacks, all_threads=True)
     record = {"rank": req.rank, "pid": os.getpid(), "host": req.host, "token": run_token()}
-    _write_json(d / f"pid-rank-{req.rank}.json", record)
+    write_json(d / f"pid-rank-{req.rank}.json", record)
     hang_exit.start(d, record["token"], DECLARED)  # the rank the others wait for leaves with them
     return req
 
@@ -93,7 +93,7 @@ def on_collective_timeout(e: BaseException, req: HangRequest) -> int:
     text = f"Collective timeout in rank {req.rank}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
     text += "Stack (most recent call first):\n"
     text += "".join(f'  File "{file}", line {line} in {func}\n' for file, line, func in frames)
-    _write_text(d / f"timeout-rank-{req.rank}.txt", text)  # its own file: a leader's SIGUSR1 may come too
+    write_text(d / f"timeout-rank-{req.rank}.txt", text)  # its own file: a leader's SIGUSR1 may come too
     if _claim(d / DECLARED, run_token()):
         dump_attempt(d, f"a collective timed out in rank {req.rank}", skip={req.rank}, say=_print_err)
     else:  # the leader diagnoses; leaving before it printed would let the launcher stop it half-way
@@ -131,7 +131,7 @@ def _newest_attempt(run_dir) -> Path | None:
 def _records(d: Path) -> dict[int, dict]:
     """The pid records of the newest launch in attempt folder `d` (an earlier launch in the same run
     directory left its own)."""
-    found = [r for r in map(_read_json, sorted(d.glob("pid-rank-*.json"), key=_mtime)) if r]
+    found = [r for r in map(read_json, sorted(d.glob("pid-rank-*.json"), key=_mtime)) if r]
     return {r["rank"]: r for r in found if r.get("token") == found[-1].get("token")} if found else {}
 
 
@@ -150,12 +150,12 @@ def dump_attempt(d: Path, why: str, skip: set[int] = frozenset(), ask: bool = Tr
     text = diagnose_stacks(records, {r: _stacks(d, r) for r in records}, why) + (
         f" Every rank's stacks: {d}/stacks-rank-N.txt; this text: {d.parent / 'diagnosis.txt'}."
     )
-    _write_text(d.parent / "diagnosis.txt", text + "\n")
+    write_text(d.parent / "diagnosis.txt", text + "\n")
     if say is not None:
         say(text)
     # last: the ranks waiting in on_collective_timeout exit once it is there, and the first exit makes the
     # launcher (mpirun at once, torchrun's agent at its next poll) stop the leader too
-    _write_text(d / "diagnosis.txt", text + "\n")
+    write_text(d / "diagnosis.txt", text + "\n")
     return text
 
 
@@ -284,20 +284,3 @@ def _ranks(ranks) -> str:
 
 def _attempt_number(path: Path) -> int:
     return int(path.parent.name.rsplit("-", 1)[1])
-
-
-def _write_json(path: Path, value: dict) -> None:
-    _write_text(path, json.dumps(value))
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -7,7 +7,8 @@ rank 0, but sets nothing up.
 from exatrain._lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(["MetricsLog", "read_metrics", "write_json"], "exatrain.observe.metrics"),
+    **dict.fromkeys(["MetricsLog", "read_metrics"], "exatrain.observe.metrics"),
+    "write_json": "exatrain.files",  # the run's JSON reports (summary.json), written atomically
     **dict.fromkeys(["Progress", "ProgressReporter"], "exatrain.observe.progress"),
     "StepMetrics": "exatrain.observe.step_metrics",  # imports torch: loaded on first use only
 }

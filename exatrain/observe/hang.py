@@ -27,6 +27,7 @@ from pathlib import Path
 from exatrain.config.validate import check_hang_timeout
 from exatrain.env.watch import node_name, run_token
 from exatrain.errors import EXIT_HANG
+from exatrain.files import read_json, write_json, write_text
 from exatrain.launch import hang_exit
 from exatrain.launch.stacks import pyspy_path
 from exatrain.observe import heartbeat
@@ -147,7 +148,7 @@ class HangWatcher:
 
     def _beat(self) -> None:
         p = heartbeat.PROGRESS
-        _write_json(
+        write_json(
             self._path("beat"),
             {
                 "rank": self.rank,
@@ -217,7 +218,7 @@ class HangWatcher:
         frame = sys._current_frames().get(threading.main_thread().ident)
         stack = reversed(traceback.extract_stack(frame)) if frame else []
         frames = [(fs.filename, fs.lineno, fs.name) for fs in stack]
-        _write_json(
+        write_json(
             self._path("report"),
             {
                 "rank": self.rank,
@@ -243,7 +244,7 @@ class HangWatcher:
         while True:
             reports, stopped = {}, {}
             for r in range(self.world_size):
-                rep, beat = (self._own_run(_read_json(self._path(kind, r))) for kind in ("report", "beat"))
+                rep, beat = (self._own_run(read_json(self._path(kind, r))) for kind in ("report", "beat"))
                 if rep:
                     reports[r] = rep
                 elif beat and time.time() - beat["written"] > self.stale_s:
@@ -276,7 +277,7 @@ class HangWatcher:
         _say(self.diagnosis)
         # last: the other ranks exit once it is there, and the first exit makes the launcher (mpirun at
         # once, torchrun's agent at its next poll) stop this rank too: only after the paragraph is out
-        _write_text(self.dir / "diagnosis.txt", self.diagnosis + "\n")
+        write_text(self.dir / "diagnosis.txt", self.diagnosis + "\n")
 
     def _await_diagnosis(self) -> None:
         deadline = time.monotonic() + 2 * self.stale_s + 5
@@ -350,24 +351,6 @@ def _pyspy_where(pid: int, out: Path) -> str | None:
     out.write_text(run.stdout + run.stderr)
     frames = pyspy_frames(run.stdout)
     return where(stall_frame(frames)) if frames else None
-
-
-def _write_json(path: Path, value: dict) -> None:
-    _write_text(path, json.dumps(value))
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write `path` whole or not at all (a reader polling for it never sees it half-written)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _say(text: str) -> None:

@@ -1,22 +1,12 @@
-"""What a run leaves in its directory: metrics (JSONL) and JSON reports, written atomically where it
-matters."""
+"""The metrics log a run leaves in its directory (JSONL, written by rank 0); its JSON reports are written
+whole by exatrain.files."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from exatrain.observe.rank import is_rank0
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file then rename), so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 class MetricsLog:

@@ -27,7 +27,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "exatrain"
 LAYERS = [
-    {"errors", "__init__", "_lazy"},
+    {"errors", "files", "__init__", "_lazy"},
     {"config", "env"},
     {"slurm"},
     {"launch"},
