@@ -61,7 +61,9 @@ def cmd_plan(args, overrides: list[str]) -> int:
         from exatrain.tools.plan.estimate import check_hardware
 
         profile = load_profile(args.site)
-        gpu_gb, per_node = profile.gpu_memory_gb or None, profile.gpus_per_node
+        # an explicit --gpu-memory-gb wins (the site's GPUs differ from the profile's, e.g. an H200 node on a
+        # generic profile)
+        gpu_gb, per_node = args.gpu_memory_gb or profile.gpu_memory_gb or None, profile.gpus_per_node
         if per_node and args.world_size > per_node and args.world_size % per_node:
             raise ConfigError(
                 f"--world-size {args.world_size} does not fill whole nodes of site {args.site!r} "

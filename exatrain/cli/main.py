@@ -89,9 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("-c", "--config", help="TOML configuration file")
     pl.add_argument("--world-size", type=int, required=True, help="ranks (GPUs) of the job, up to 16384")
-    gpu = pl.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu-memory-gb", type=float, help="memory of one GPU in GiB for the verdict")
-    gpu.add_argument(
+    pl.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        help="memory of one GPU in GiB for the verdict (default: the --site profile's gpu_memory_gb)",
+    )
+    pl.add_argument(
         "--site",
         help="site profile (name or .toml path) whose gpu_memory_gb, gpus_per_node and "
         "[hardware] constants to use",

@@ -196,6 +196,30 @@ def test_gpu_visibility_and_caches_are_checked():
     assert "/scratch is not writable" in problem and hint
 
 
+def test_a_profile_whose_gpu_memory_is_not_the_gpus_gets_a_warning_with_the_size_to_use(exatrain_cli):
+    """An H200 node (143771 MiB, as nvidia-smi reads one) under the generic-nvidia profile (80): the doctor
+    warns and gives the size; an H100 80GB (81559 MiB: 79.6 GiB) matches its 80 within the tolerance; a CPU
+    rank or a profile without the key gets nothing. The HINT's advice makes exatrain plan judge against the
+    GPU's own size."""
+    h200, h100 = 143771 / 1024, 81559 / 1024
+    warning = doctor.gpu_memory_warning([{"gpu_memory_gib": h200}], 80.0, "generic-nvidia")
+    assert warning.startswith("WARNING: site profile 'generic-nvidia' gives gpu_memory_gb = 80, but the GPUs")
+    assert "have 140.4 GiB" in warning and "\nHINT: pass --gpu-memory-gb 140 to exatrain plan" in warning
+    assert doctor.gpu_memory_warning([{"gpu_memory_gib": h100}], 80.0, "generic-nvidia") is None
+    assert doctor.gpu_memory_warning([{"gpu_memory_gib": None}], 80.0, "cpu") is None
+    assert doctor.gpu_memory_warning([{"gpu_memory_gib": h200}], 0.0, "mine.toml") is None
+    # the smallest GPU of the job decides (a node with a smaller card)
+    assert "have 79.6 GiB" in doctor.gpu_memory_warning(
+        [{"gpu_memory_gib": h200}, {"gpu_memory_gib": h100}], 140.0, "h200-site"
+    )
+    args = ["plan", "--world-size=1", "--site=generic-nvidia", "--model.size=small", "--json"]
+    import json
+
+    default = json.loads(exatrain_cli(*args).stdout)
+    given = json.loads(exatrain_cli(*args, "--gpu-memory-gb=140").stdout)
+    assert default["gpu_memory_gb"] == 80 and given["gpu_memory_gb"] == 140
+
+
 def test_interfaces_plugins_and_sizes(tmp_path):
     net = tmp_path / "net"
     for name in ("lo", "eth0", "hsn0", "hsn1", "ib0"):

@@ -106,10 +106,22 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         if ctx.rank == 0:
             console = Console(width=max(120, Console().width))
             _print(console, reports, sweep, network, ctx.backend, problems, args.hang)
+            _print_gpu_memory(reports, args.site)
             _print_hardware(reports, sweep, args.site)
         return 1 if problems else 0
     finally:
         teardown()
+
+
+def _print_gpu_memory(reports, site: str | None) -> None:
+    """A WARNING when the --site profile's gpu_memory_gb is not the size of the GPUs here (before the
+    [hardware] lines, which stay the last, to paste)."""
+    if site:
+        from exatrain.slurm import load_profile
+
+        warning = doctor.gpu_memory_warning(reports, load_profile(site).gpu_memory_gb, site)
+        if warning:
+            print(warning, flush=True)
 
 
 def _print_hardware(reports, sweep, site: str | None) -> None:

@@ -369,6 +369,9 @@ def rank_report(
         "visible_gpus": gpus,
         "ranks_on_node": local_world_size,
         "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "gpu_memory_gib": (
+            torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
+        ),
         "interfaces": high_speed_interfaces(),
         "plugins": network_plugins(),
         "caches": {c: writable(c) for c in caches if os.path.isdir(c)},
@@ -424,6 +427,29 @@ def failures(reports: list[dict], backend: str, nccl_network: str | None = None)
                 )
             )
     return out
+
+
+#: how far a profile's gpu_memory_gb may be from the GPUs' own size: an "80 GB" H100 has 79.6 GiB
+GPU_MEMORY_TOLERANCE = 0.10
+
+
+def gpu_memory_warning(reports: list[dict], profile_gib: float, site: str) -> str | None:
+    """A WARNING and its HINT when the site profile's gpu_memory_gb is more than 10 % off the memory of the
+    smallest GPU the ranks see, so `exatrain plan --site` would judge a layout against the wrong size; None
+    when it matches, when the profile leaves it unset, or when no rank has a GPU."""
+    seen = [r["gpu_memory_gib"] for r in reports if r.get("gpu_memory_gib")]
+    if not seen or not profile_gib:
+        return None
+    here = min(seen)
+    if abs(profile_gib - here) <= GPU_MEMORY_TOLERANCE * here:
+        return None
+    size = int(here)
+    return (
+        f"WARNING: site profile {site!r} gives gpu_memory_gb = {profile_gib:g}, but the GPUs here have "
+        f"{here:.1f} GiB: exatrain plan --site would judge memory against the wrong size\n"
+        f"HINT: pass --gpu-memory-gb {size} to exatrain plan, or set gpu_memory_gb = {size} in a copy of the "
+        "profile"
+    )
 
 
 def rank_list(reports: list[dict]) -> str:
