@@ -102,7 +102,7 @@ def test_batch_job_output_and_states(slurm_cluster, two_nodes, tmp_path):
 
 def test_sacct_records_a_finished_job(slurm_cluster, tmp_path):
     """testbed/README.md: with STB_ACCOUNTING=1 (the fixture's default) `sacct` works. slurmdbd stores a
-    job's end asynchronously: polled for up to 60 s."""
+    job's start and end asynchronously: polled for up to 60 s until the record has an end state."""
     if os.environ.get("STB_ACCOUNTING", "1") != "1":
         pytest.skip("the testbed was started without accounting (STB_ACCOUNTING=0)")
     bad = tmp_path / "exit4.sbatch"
@@ -112,7 +112,8 @@ def test_sacct_records_a_finished_job(slurm_cluster, tmp_path):
     cmd = ["sacct", "-n", "-X", "-P", "-j", job, "-o", "JobID,State,ExitCode"]
     for _ in range(60):
         rows = _ok(slurm_cluster.run(cmd, timeout=30)).split()
-        if rows and rows[0].split("|")[1] != "RUNNING":
+        # slurmdbd receives the job's start and end one after the other: PENDING, then RUNNING, then the end
+        if rows and rows[0].split("|")[1] not in ("PENDING", "RUNNING"):
             break
         time.sleep(1)
     assert rows == [f"{job}|FAILED|4:0"], rows
