@@ -106,32 +106,31 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         if ctx.rank == 0:
             console = Console(width=max(120, Console().width))
             _print(console, reports, sweep, network, ctx.backend, problems, args.hang)
-            _print_gpu_memory(reports, args.site)
-            _print_hardware(reports, sweep, args.site)
+            profile = None
+            if args.site:
+                from exatrain.slurm import load_profile
+
+                profile = load_profile(args.site)  # read once, for both
+            _print_gpu_memory(reports, profile, args.site)
+            _print_hardware(reports, sweep, profile)
         return 1 if problems else 0
     finally:
         teardown()
 
 
-def _print_gpu_memory(reports, site: str | None) -> None:
+def _print_gpu_memory(reports, profile, site: str | None) -> None:
     """A WARNING when the --site profile's gpu_memory_gb is not the size of the GPUs here (before the
     [hardware] lines, which stay the last, to paste)."""
-    if site:
-        from exatrain.slurm import load_profile
-
-        warning = doctor.gpu_memory_warning(reports, load_profile(site).gpu_memory_gb, site)
-        if warning:
-            print(warning, flush=True)
+    warning = profile and doctor.gpu_memory_warning(reports, profile.gpu_memory_gb, site)
+    if warning:
+        print(warning, flush=True)
 
 
-def _print_hardware(reports, sweep, site: str | None) -> None:
-    """The [hardware] lines measured here, for `exatrain plan --time` (docs/planning.md)."""
-    peak = 0.0
-    if site:
-        from exatrain.slurm import load_profile
-
-        hw = load_profile(site).hardware
-        peak = hw.peak_tflops if hw else 0.0
+def _print_hardware(reports, sweep, profile) -> None:
+    """The [hardware] lines measured here, for `exatrain plan --time` (docs/planning.md); the --site
+    profile's data-sheet peak, if it has one."""
+    hw = profile.hardware if profile else None
+    peak = hw.peak_tflops if hw else 0.0
     print(
         "\n# [hardware] measured by exatrain doctor: paste into a copy of the site profile (replacing its "
         "[hardware] table) for exatrain plan --time; a run on one node gives the intra-node, a run on "
