@@ -8,7 +8,9 @@
 #
 # A size is gpu_mfu's: a named one (medium, large, xl: gpu_mfu's batch unless SIZE:BATCH gives one) or
 # DIMxLAYERSxHEADS:BATCH, e.g. "2048x24x16:14" for MPT-1b's shape and per-GPU batch; VOCAB (default 32000)
-# sets the vocabulary of every size.
+# sets the vocabulary of every size. A size ending in ":plan" (e.g. "4096x32x32:6:plan", a shape too large
+# to train on one GPU) runs the doctor and the plan only. VARIANTS (default "plain,exatrain") are the sides
+# gpu_mfu times.
 #
 # Wheels the image lacks (python-hostlist, torchdata) are installed from .whl/ if that folder exists.
 # Each phase has its own time limit, so one that hangs leaves the others their time; each writes its
@@ -29,7 +31,13 @@ python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$out/info
 sizes=${2:-xl}
 vocab=${VOCAB:-32000}
 declare -A batch=([medium]=32 [large]=16 [xl]=8)  # gpu_mfu's samples per step at T = 2048
+variants=${VARIANTS:-plain,exatrain}
 for entry in $sizes; do
+    plan_only=false
+    if [[ $entry == *:plan ]]; then
+        plan_only=true
+        entry=${entry%:plan}
+    fi
     size=${entry%%:*}
     if [[ $entry == *:* ]]; then
         b=${entry#*:}
@@ -54,8 +62,10 @@ for entry in $sizes; do
     { cat exatrain/slurm/profiles/generic-nvidia.toml; sed -n '/^\[hardware\]$/,$p' "$out/doctor-$size.log"
       echo "peak_tflops = 989.0"; } > "$site"
     timeout 120 python3 -m exatrain plan --site "$site" --world-size 1 --time "${job[@]}" 2>&1 | tee "$out/plan-$size.log"
+    $plan_only && continue
     echo "== gpu_mfu: $size" | tee -a "$out/info.log"
-    timeout 300 python3 -m benchmarks.gpu_mfu --sizes "$size" --batch "$b" --vocab "$vocab" --reps 3 2>&1 | tee "$out/mfu-$size.log"
+    timeout 300 python3 -m benchmarks.gpu_mfu --sizes "$size" --batch "$b" --vocab "$vocab" --reps 3 \
+        --variants "$variants" 2>&1 | tee "$out/mfu-$size.log"
 done
 
 [ "$sizes" = xl ] || exit 0

@@ -14,6 +14,8 @@ autocast does not run RMSNorm in fp32) and the split under tensor and sequence p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -25,6 +27,8 @@ from exatrain.models.transformer import TransformerLM
 from exatrain.tools.plan import traffic
 
 COMPUTE = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product")
+FACTORIES = ("empty_like", "empty", "empty_strided", "new_empty")  # allocate: move nothing
+FILLS = ("bernoulli_", "fill_", "zero_", "uniform_", "normal_")  # write their output, read nothing
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -50,7 +54,11 @@ class MemoryBytes(TorchDispatchMode):
         if not inplace and outs and all(o.untyped_storage().data_ptr() in storages for o in outs):
             return out  # a view
         moved = sum(map(_nbytes, ins)) + sum(map(_nbytes, outs))
-        if name == "embedding":  # reads the rows it gathers, not the table
+        if name in FACTORIES:
+            return out
+        if name in FILLS:
+            moved = sum(map(_nbytes, outs))
+        elif name == "embedding":  # reads the rows it gathers, not the table
             moved = 2 * _nbytes(outs[0]) + _nbytes(ins[1])
         elif name == "nll_loss_forward":  # reads one log-probability per target
             moved = _nbytes(ins[1]) + ins[1].numel() * ins[0].element_size() + sum(map(_nbytes, outs))
@@ -60,9 +68,11 @@ class MemoryBytes(TorchDispatchMode):
         return out
 
 
-def _measured(shape, vocab, batch, seq, bf16: bool, checkpointed: bool) -> int:
+def _measured(shape, vocab, batch, seq, bf16: bool, checkpointed: bool, dropout: float = 0.0) -> int:
     torch.manual_seed(0)
-    model = TransformerLM(shape, vocab, seq)
+    model = TransformerLM(shape, vocab, seq, dropout)
+    for block in model.layers.values():  # on a CPU, SDPA with dropout takes its math path (not counted)
+        block.attention.dropout = 0.0
     if checkpointed:  # the trainer's activation checkpointing (torch's non-reentrant checkpoint_wrapper)
         apply_ac(model.layers, "full")
     x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
@@ -72,6 +82,19 @@ def _measured(shape, vocab, batch, seq, bf16: bool, checkpointed: bool) -> int:
             loss = model(x, y)
         loss.backward()
     return counter.total
+
+
+def _two_blocks(batch: int, seq: int, checkpointed: bool) -> traffic.RankWork:
+    """The work of one rank running the whole 2-block model on one micro-batch."""
+    blocks = 2
+    return traffic.RankWork(
+        tokens=batch * seq,
+        blocks=blocks,
+        recomputed_blocks=blocks if checkpointed else 0,
+        forwards=1,
+        batch=batch,
+        stage_share=1.0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,16 +107,31 @@ def test_closed_form_counts_the_bytes_the_model_moves(bf16, checkpointed):
     shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
     measured = _measured(shape, vocab, batch, seq, bf16, checkpointed)
     k = traffic.Kernels(shape, vocab, seq, elem_bytes=2 if bf16 else 4, norm="composite")
-    work = traffic.RankWork(
-        tokens=batch * seq,
-        blocks=2,
-        recomputed_blocks=2 if checkpointed else 0,
-        forwards=1,
-        batch=batch,
-        stage_share=1.0,
-    )
+    work = _two_blocks(batch, seq, checkpointed)
     predicted = traffic.step_bytes(k, work)
     assert predicted == pytest.approx(measured, rel=0.01), (predicted, measured)
+
+
+@pytest.mark.parametrize(
+    "bf16, checkpointed",
+    [(False, False), (False, True), (True, True)],
+    ids=["fp32", "fp32-checkpointed", "bf16-autocast-checkpointed"],
+)
+def test_closed_form_counts_the_dropout_kernels(bf16, checkpointed):
+    """With model.dropout > 0 the embeddings' and the MLP output's dropout kernels are counted (on the CPU
+    torch's decomposition: bernoulli_, div_, x * mask, and dy * mask backward) and, under checkpointing, what
+    the recomputation runs again (all but the MLP dropout's last product, whose output nothing saved). The
+    bytes the dropouts add are compared, so that the rest of the step does not hide an error in them. The
+    attention's own dropout is switched off here: a GPU's fused kernel drops out inside it (no bytes), while
+    the CPU runs scaled_dot_product_attention's math path for it, which this count does not model."""
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    added = _measured(shape, vocab, batch, seq, bf16, checkpointed, 0.1)
+    added -= _measured(shape, vocab, batch, seq, bf16, checkpointed)
+    work = _two_blocks(batch, seq, checkpointed)
+    k = traffic.Kernels(shape, vocab, seq, elem_bytes=2 if bf16 else 4, norm="composite")
+    predicted = traffic.step_bytes(replace(k, dropout=True), work) - traffic.step_bytes(k, work)
+    assert added > 0  # the counter sees the dropout kernels
+    assert predicted == added
 
 
 def test_materialised_attention_adds_the_scores_and_fused_norms_move_less():
@@ -105,3 +143,16 @@ def test_materialised_attention_adds_the_scores_and_fused_norms_move_less():
     assert extra == 2 * 2 * 16 * 2048  # read and write H x T bf16 scores per token
     composite = traffic.Kernels(shape, 32000, 2048, elem_bytes=2, norm="composite")
     assert traffic.block_bytes(composite)["backward"] > traffic.block_bytes(fused)["backward"]
+
+
+def test_gpu_dropout_is_one_kernel_with_a_bool_mask_and_drops_materialised_probabilities():
+    """On a GPU (fused kernels) a dropout of bf16 elements moves 2 + 2 + 1 bytes each way (native_dropout:
+    x, y and a bool mask; backward: dy, the mask, dx) and a checkpointed block recomputes all of it; with
+    flash attention the attention's dropout is inside the kernel, kept in memory it drops every
+    probability."""
+    shape = ModelShape(dim=1024, n_layers=1, n_heads=16)
+    for attention, elements in (("fused", 1024), ("materialised", 1024 + 16 * 2048)):
+        k = traffic.Kernels(shape, 32000, 2048, elem_bytes=2, attention=attention)
+        without, with_ = traffic.block_bytes(k), traffic.block_bytes(replace(k, dropout=True))
+        for part in ("forward", "backward", "recompute"):
+            assert with_[part] - without[part] == 5 * elements, (attention, part)

@@ -59,7 +59,7 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=17, low=0.95, median=1.33, high=1.73)
+PUBLISHED = PublishedRatio(runs=17, low=0.91, median=1.25, high=1.73)
 
 
 @dataclass(frozen=True)

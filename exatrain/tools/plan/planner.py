@@ -256,6 +256,7 @@ def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, atten
         loss_parallel=dims.tp_enabled and p.loss_parallel,
         norm=norm,
         attention=attention,
+        dropout=cfg.model.dropout > 0,
     )
     blocks = shape.n_layers / dims.pp
     every = {"full": 1, "every": p.activation_checkpoint_every}.get(p.activation_checkpoint)

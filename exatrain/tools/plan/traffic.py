@@ -15,7 +15,12 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
 - under bf16 autocast each linear layer casts its fp32 input to bf16 (read 4, write 2 bytes per element;
   its backward casts the gradient back: read 2, write 4), and fp32 weights are cast once per forward;
 - the loss casts the logits to fp32, runs log-softmax (read 4, write 4 bytes per logit), and backward
-  writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16.
+  writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16;
+- with dropout (`model.dropout` > 0) each dropout (the embeddings' sum, the MLP's output) is on a GPU
+  torch's fused kernel (native_dropout: read x, write y and a bool mask; backward: read dy and the mask,
+  write dx) and on a CPU its decomposition (bernoulli_ writes a mask of x's dtype, div_ scales it in
+  place, x * mask; backward: dy * mask). The attention's dropout runs inside the fused attention kernel
+  (no bytes); kept in memory (`materialised`), the probabilities are dropped out like the rest.
 
 The formula is written out with its derivation in docs/planning.md; tests/unit/test_plan_traffic.py compares
 it with the bytes a dispatch mode counts on the real model's ops on the CPU.
@@ -45,6 +50,7 @@ class Kernels:
     loss_parallel: bool = False
     norm: str = "fused"
     attention: str = "fused"
+    dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
 
     @property
     def residual(self) -> int:
@@ -76,6 +82,15 @@ def _norm_backward(k: Kernels) -> tuple[float, float]:
     return cast + 12 + 4 + 8 + 12 + 8 + 4 + 8 + 8 + 8 + 12 + 12, 4 + 4 + 8 + 8 + 12
 
 
+def _dropout(k: Kernels, e: int) -> tuple[int, int, int]:
+    """(forward, backward, last op's) bytes per element of one dropout of `e`-byte elements. The last op
+    is what a checkpointed block does not recompute when the dropout ends the block's branch: x * mask,
+    whose output nothing saved (the GPU's one kernel writes the mask with it and runs again)."""
+    if k.norm == "fused":  # a GPU: native_dropout with a bool mask
+        return 2 * e + 1, 2 * e + 1, 0
+    return e + 2 * e + 3 * e, 3 * e, 3 * e  # bernoulli_ (w), div_ (r, w), x * mask (r r, w); dy * mask
+
+
 def block_bytes(k: Kernels) -> dict[str, float]:
     """Bytes per token of one block's memory-bound kernels: forward, backward and the forward that
     activation checkpointing recomputes (torch's non-reentrant checkpoint stops before the block's last
@@ -101,7 +116,14 @@ def block_bytes(k: Kernels) -> dict[str, float]:
     if k.attention == "materialised":
         fwd += 2 * e * scores  # softmax (scale and causal mask fused): read scores, write probabilities
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
-    return {"forward": fwd, "backward": bwd, "recompute": fwd - add}
+    tail = add
+    if k.dropout:
+        f, b, last = _dropout(k, e)
+        elements = d / sp + (scores if k.attention == "materialised" else 0)  # MLP output; probabilities
+        fwd += f * elements
+        bwd += b * elements
+        tail += last * d / sp  # the MLP output's dropout ends the branch, before the last add
+    return {"forward": fwd, "backward": bwd, "recompute": fwd - tail}
 
 
 def head_bytes(k: Kernels) -> float:
@@ -127,6 +149,10 @@ def embedding_bytes(k: Kernels, batch: int) -> float:
     fwd = 2 * p * d + 8 + 2 * p * d * per_sample + (2 + per_sample) * p * d  # gathers (+ ids), + pos
     # the token table's backward reads dx (+ ids); pos: sum dx over the batch, then its table's backward
     bwd = p * d + 8 + p * d + p * d * per_sample + 2 * p * d * per_sample
+    if k.dropout:  # the sum's dropout, forward and backward
+        drop_fwd, drop_bwd, _ = _dropout(k, p)
+        fwd += drop_fwd * d
+        bwd += drop_bwd * d
     return fwd + bwd
 
 
