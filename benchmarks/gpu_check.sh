@@ -10,7 +10,7 @@
 # DIMxLAYERSxHEADS:BATCH, e.g. "2048x24x16:14" for MPT-1b's shape and per-GPU batch; VOCAB (default 32000)
 # sets the vocabulary of every size. A size ending in ":plan" (e.g. "4096x32x32:6:plan", a shape too large
 # to train on one GPU) runs the doctor and the plan only. VARIANTS (default "plain,exatrain") are the sides
-# gpu_mfu times.
+# gpu_mfu times; DROPOUT (default 0) is the model's dropout in all three.
 #
 # Wheels the image lacks (python-hostlist, torchdata) are installed from .whl/ if that folder exists.
 # Each phase has its own time limit, so one that hangs leaves the others their time; each writes its
@@ -32,6 +32,7 @@ sizes=${2:-xl}
 vocab=${VOCAB:-32000}
 declare -A batch=([medium]=32 [large]=16 [xl]=8)  # gpu_mfu's samples per step at T = 2048
 variants=${VARIANTS:-plain,exatrain}
+dropout=${DROPOUT:-0}
 for entry in $sizes; do
     plan_only=false
     if [[ $entry == *:plan ]]; then
@@ -53,7 +54,8 @@ for entry in $sizes; do
     # the job gpu_mfu times: batch b x 2048, bf16 autocast, blocks compiled, vocabulary $vocab (a text
     # corpus of vocab - 2 words + <eos>, <unk>; no corpus is read)
     job=("${model[@]}" --data.kind=text --data.seq_len=2048 --data.max_vocab=$((vocab - 2))
-        --train.global_batch_size=$b --train.micro_batch_size=$b --train.precision=bf16 --parallel.compile=true)
+        --train.global_batch_size=$b --train.micro_batch_size=$b --train.precision=bf16 --parallel.compile=true
+        --model.dropout=$dropout)
     echo "== doctor and plan: $size (constants measured on the job's shapes)" | tee -a "$out/info.log"
     timeout 120 python3 -m exatrain doctor --nproc 1 --device cuda "${job[@]}" 2>&1 | tee "$out/doctor-$size.log"
     # a copy of the generic NVIDIA profile with the printed [hardware] table and the data sheet's peak
@@ -65,7 +67,7 @@ for entry in $sizes; do
     $plan_only && continue
     echo "== gpu_mfu: $size" | tee -a "$out/info.log"
     timeout 300 python3 -m benchmarks.gpu_mfu --sizes "$size" --batch "$b" --vocab "$vocab" --reps 3 \
-        --variants "$variants" 2>&1 | tee "$out/mfu-$size.log"
+        --variants "$variants" --dropout "$dropout" 2>&1 | tee "$out/mfu-$size.log"
 done
 
 [ "$sizes" = xl ] || exit 0

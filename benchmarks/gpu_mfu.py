@@ -47,6 +47,7 @@ def parse(argv):
     p.add_argument("--variants", default="plain,exatrain", help="comma list of " + ", ".join(SIDES))
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--dropout", type=float, default=0.0, help="the model's dropout, every side")
     p.add_argument("--batch", type=int, default=0, help="samples per step (0 = a per-size default)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per side and repetition")
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
@@ -80,13 +81,14 @@ def size_overrides(size: str) -> list[str]:
     return [f"--model.size={size}"]
 
 
-def build_model(size, vocab, seq_len):
+def build_model(size, vocab, seq_len, dropout=0.0):
     """The reference model of a size (size_overrides), as the trainer builds it from its [model] section."""
     from exatrain.config import load_config
     from exatrain.models import configured_shape
     from exatrain.models.transformer import TransformerLM
 
-    return TransformerLM(configured_shape(load_config(None, size_overrides(size)).model), vocab, seq_len)
+    shape = configured_shape(load_config(None, size_overrides(size)).model)
+    return TransformerLM(shape, vocab, seq_len, dropout)
 
 
 def exatrain_config(size, a, batch):
@@ -103,6 +105,7 @@ def exatrain_config(size, a, batch):
             f"--train.micro_batch_size={batch}",
             f"--train.global_batch_size={batch}",
             "--train.precision=bf16",
+            f"--model.dropout={a.dropout}",
         ],
     )
 
@@ -174,7 +177,7 @@ def fsdp_side(size, a, device, full_state, batch):
 
     cfg = exatrain_config(size, a, batch)
     with torch.device("meta"):
-        model = build_model(size, a.vocab, a.seq_len)
+        model = build_model(size, a.vocab, a.seq_len, a.dropout)
     apply_compile(model.layers, a.compile_backend)
     mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("dp_shard",))
     apply_fsdp(model, model.layers, mesh, True, torch.bfloat16, False, pin_memory=device.type == "cuda")
@@ -197,7 +200,7 @@ def plain_side(size, a, device, full_state, batch):
     """What a user writes by hand: per-block compile, autocast bf16, fused AdamW, clipping."""
     import torch
 
-    model = build_model(size, a.vocab, a.seq_len)
+    model = build_model(size, a.vocab, a.seq_len, a.dropout)
     model.load_state_dict(full_state)
     model.to(device)
     for block in model.layers.values():

@@ -10,6 +10,10 @@ overlapping the compute; the CPU's decomposed RMSNorm kernels); `exatrain plan -
 constants and the model's shape.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/plan_cpu.py [--worlds 1,2,4] [--steps 40] [--repeats 3]
+                                                              [--dropout 0.1]
+
+--dropout trains the model with that dropout (the doctor then times the attention with it, the plan counts
+the dropout kernels).
 
 Prints one line per world size: the constants, predicted and measured step time and the error
 (predicted / measured - 1), then the raw JSON of each step.
@@ -44,8 +48,9 @@ def hardware_lines(world: int, micro: int, cwd: Path) -> str:
     # the model's options: the matmul and attention probes time the job's own products and attention
     job = [*MODEL, f"--train.micro_batch_size={micro}"]
     out = _run(["doctor", f"--nproc={world}", "--device=cpu", "--iters=5", *job], cwd)
-    # every `key = value  # comment` line of the table (a line's comment says how it was measured)
-    match = re.search(r"^\[hardware\]\n(?:[a-z_]+ = [\d.e+-]+[^\n]*\n?)+", out, re.M)
+    # every `key = value  # comment` line of the table (a number, or a string such as source = "measured";
+    # a line's comment says how it was measured)
+    match = re.search(r"^\[hardware\]\n(?:[a-z_]+ = (?:[\d.e+-]+|\"[^\"]*\")[^\n]*\n?)+", out, re.M)
     if match is None:
         sys.exit(f"no [hardware] table in the doctor's output:\n{out[-3000:]}")
     return match.group(0)
@@ -118,7 +123,10 @@ def main() -> None:
         help="doctor, plan and training this many times per world size, one after the other (a shared "
         "machine's speed drifts between them; the last line per W compares the medians)",
     )
+    ap.add_argument("--dropout", type=float, default=0.0, help="the model's dropout (model.dropout)")
     args = ap.parse_args()
+    if args.dropout:
+        MODEL.append(f"--model.dropout={args.dropout}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)

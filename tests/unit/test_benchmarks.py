@@ -98,3 +98,17 @@ def test_engines_benchmark_refuses_fewer_than_five_rounds():
         timeout=120,
     )
     assert r.returncode == 2 and "--rounds 2: fewer than 5 rounds" in r.stderr, r.stderr
+
+
+def test_plan_cpu_reads_the_doctors_table_and_predicts_with_it(tmp_path):
+    """benchmarks/plan_cpu.py's first two phases on one CPU rank: it finds the [hardware] table in the real
+    doctor's output (string values such as `source = "measured"` included) and `exatrain plan --time`
+    predicts a step from the profile it writes, so the benchmark cannot rot between its rare runs. The
+    training phase and the comparison are the benchmark's, not this test's."""
+    from benchmarks import plan_cpu
+
+    hardware = plan_cpu.hardware_lines(1, 16, tmp_path)
+    assert hardware.startswith("[hardware]\n") and "matmul_tflops = " in hardware, hardware
+    assert "hbm_gbs = " in hardware and "attention_tflops = " in hardware, hardware
+    plan = plan_cpu.predicted(1, plan_cpu.profile(1, hardware, tmp_path), 16, tmp_path)
+    assert plan["step_time_s"] > 0 and plan["breakdown"]["compute_s"] > 0, plan

@@ -356,6 +356,31 @@ def test_attention_rate_counts_the_full_products_of_forward_and_backward(monkeyp
     assert "16 heads x 512 tokens x 64" in doctor.attention_tflops(torch.device("cpu"), iters=1)[1]
 
 
+def test_attention_rate_is_timed_with_the_jobs_dropout(monkeypatch):
+    """A job with model.dropout > 0 runs its attention with that dropout (slower: a GPU's kernel draws the
+    mask inside, a CPU takes the math path), so the probe times the kernel with it and says so; the job
+    shape carries the dropout from the config."""
+    import torch.nn.functional as F
+
+    from exatrain.tools.doctor.settings import job_shape
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("dropout_p"))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    what = doctor.attention_tflops(torch.device("cpu"), seq_len=16, head_dim=8, iters=1, dropout=0.1)[1]
+    assert set(seen) == {0.1}
+    assert what.endswith("forward + backward, dropout 0.1")
+    seen.clear()
+    assert "dropout" not in doctor.attention_tflops(torch.device("cpu"), seq_len=16, head_dim=8, iters=1)[1]
+    assert set(seen) == {0.0}
+    assert job_shape(None, ["--model.size=tiny", "--model.dropout=0.1"]).dropout == 0.1
+
+
 def test_job_shape_is_the_jobs_model_when_its_config_is_given(tmp_path):
     """The probes time the job's shapes: from -c FILE or [model] / [data] / [train] overrides; other
     overrides alone leave the probes' defaults (None). Tokens are one rank's micro-batch."""

@@ -81,8 +81,8 @@ def predict(run: dict, hw: dict | None = None):
         f"parallel.dp_shard={run['dp_shard']}",
         f"parallel.activation_checkpoint={run['activation_checkpoint']}",
         f"parallel.param_dtype={'bf16' if run['dp_shard'] > 1 else 'fp32'}",
-        # the dropout probability the run's code trained with (cited in [source.*]; none: 0)
-        f"model.dropout={DATA['source'].get(run['source'], {}).get('dropout', 0.0)}",
+        # the dropout probability the run trained with (the run's own, else its code's in [source.*]; none: 0)
+        f"model.dropout={run.get('dropout', DATA['source'][run['source']].get('dropout', 0.0))}",
     ]
     cfg = load_config(None, overrides)
     dims = preflight(cfg, run["gpus"])

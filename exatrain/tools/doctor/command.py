@@ -98,7 +98,11 @@ def _checks(env, args, nccl_log: Path | None) -> int:
         report["matmul_tflops"], report["matmul_what"] = doctor.matmul_tflops(ctx.device, shape=shape)
         report["hbm_gbs"], report["hbm_what"] = doctor.memory_gbs(ctx.device, iters=args.iters)
         report["attention_tflops"], report["attention_what"] = doctor.attention_tflops(
-            ctx.device, shape.seq_len if shape else 0, shape.head_dim if shape else 0, iters=args.iters
+            ctx.device,
+            shape.seq_len if shape else 0,
+            shape.head_dim if shape else 0,
+            iters=args.iters,
+            dropout=shape.dropout if shape else 0.0,
         )
         reports = all_gather_objects(report)
         network = doctor.parse_nccl_network(Path(args.nccl_log).read_text()) if args.nccl_log else None

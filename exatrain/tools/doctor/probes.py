@@ -183,14 +183,16 @@ def _linear_products(layers, tokens: int, dtype: torch.dtype, device: torch.devi
 
 
 def attention_tflops(
-    device: torch.device, seq_len: int = 0, head_dim: int = 0, iters: int = 5
+    device: torch.device, seq_len: int = 0, head_dim: int = 0, iters: int = 5, dropout: float = 0.0
 ) -> tuple[float, str]:
     """TFLOP/s of torch's fused attention (F.scaled_dot_product_attention, causal, forward + backward) at one
     shape, counted as the step-time model counts attention: 12 B H T^2 d FLOPs, the full T x T products of
     the forward and the backward with no causal halving (`attention_tflops` of a profile's [hardware]
     table). The shape is the job's (sequence length, head dimension) when given, else 2048 x 128 on a GPU
     and 512 x 64 on a CPU; batch x heads fills 2^17 (GPU) or 2^13 (CPU) query rows. Attention runs below
-    the best matrix product, the more so the smaller the head dimension, so it has a rate of its own."""
+    the best matrix product, the more so the smaller the head dimension, so it has a rate of its own. With
+    the job's `dropout` the kernel drops out as in training: a GPU's fused kernel draws its mask inside, a
+    CPU takes the math path (scores in memory), and the rate is what that costs."""
     import torch.nn.functional as F
 
     gpu = device.type == "cuda"
@@ -201,10 +203,12 @@ def attention_tflops(
     grad = torch.randn(1, heads, t, d, dtype=dtype, device=device)
 
     def forward_backward():
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True).backward(grad)
 
     rate = calls_per_s(forward_backward, device, iters)
     what = f"{kind} causal attention, {heads} heads x {t} tokens x {d}, forward + backward"
+    if dropout:
+        what += f", dropout {dropout:g}"
     return 12 * heads * t**2 * d * rate / 1e12, what
 
 

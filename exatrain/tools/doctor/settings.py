@@ -63,6 +63,7 @@ class JobShape:
     n_layers: int
     vocab: int
     tokens: int  # per micro-batch on one rank: train.micro_batch_size x data.seq_len
+    dropout: float = 0.0  # model.dropout: the attention kernel drops out inside (and runs slower for it)
 
 
 def job_shape(config: str | None, overrides: list[str]) -> JobShape | None:
@@ -83,6 +84,7 @@ def job_shape(config: str | None, overrides: list[str]) -> JobShape | None:
         n_layers=shape.n_layers,
         vocab=default_vocab(cfg)[0],
         tokens=cfg.train.micro_batch_size * cfg.data.seq_len,
+        dropout=cfg.model.dropout,
     )
 
 

@@ -34,9 +34,9 @@ set while it is recomputed in backward. Head (last stage): the final norm's fp32
 the CPU also its normalised input: 8), / tp with sequence parallel, its output as the output head's whole
 input (all-gathered under sequence parallel; 2 bytes in bf16, 4 in fp32) and the fp32 log-probs (4 bytes per
 B*T*V) are kept; at the start of backward the log-probs' gradient and the logits' gradient add 8 bytes per
-B*T*V for a moment (`head_backward_bytes`); / tp with loss_parallel. Dropout masks (1 byte per element) are
-added per block when dropout > 0. It is an estimate: allocator slack, the CUDA context and temporary buffers
-of kernels are not in it.
+B*T*V for a moment (`head_backward_bytes`); / tp with loss_parallel. With dropout > 0 each block keeps its
+MLP output's dropout mask (1 byte per element; the attention's dropout keeps none in the fused kernel). It
+is an estimate: allocator slack, the CUDA context and temporary buffers of kernels are not in it.
 """
 
 from __future__ import annotations
@@ -92,7 +92,10 @@ def block_activation_bytes(s: ActivationSpec) -> float:
     else:
         residual, casts, sharded = BF16_BLOCK["compiled" if s.compiled else "eager"]
         per_btd = residual / sp + casts + sharded / s.tp
-    masks = 2 * btd / sp if s.dropout else 0  # attention-output and MLP-output dropout masks (bool)
+    # the MLP output's dropout mask (bool; on the sequence shard under SP); the attention's dropout is
+    # drawn inside the fused kernel and keeps no mask (measured: xl at dropout 0.1 on one H200 added 0.60
+    # GiB, one mask per block and the embeddings', benchmarks/RESULTS.md)
+    masks = btd / sp if s.dropout else 0
     return btd * per_btd + masks
 
 
