@@ -61,6 +61,11 @@ class Kernels:
     def autocast(self) -> bool:
         return self.elem_bytes == 2
 
+    @property
+    def gpu(self) -> bool:
+        """A GPU's fused kernels (RMSNorm, dropout), else the CPU's decompositions: `norm` says which."""
+        return self.norm == "fused"
+
 
 def _norm_forward(k: Kernels) -> tuple[float, float]:
     """(bytes per token per model-width element, bytes per token) of one RMSNorm's forward."""
@@ -86,7 +91,7 @@ def _dropout(k: Kernels, e: int) -> tuple[int, int, int]:
     """(forward, backward, last op's) bytes per element of one dropout of `e`-byte elements. The last op
     is what a checkpointed block does not recompute when the dropout ends the block's branch: x * mask,
     whose output nothing saved (the GPU's one kernel writes the mask with it and runs again)."""
-    if k.norm == "fused":  # a GPU: native_dropout with a bool mask
+    if k.gpu:  # native_dropout with a bool mask
         return 2 * e + 1, 2 * e + 1, 0
     return e + 2 * e + 3 * e, 3 * e, 3 * e  # bernoulli_ (w), div_ (r, w), x * mask (r r, w); dy * mask
 
