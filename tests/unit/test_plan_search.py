@@ -243,3 +243,74 @@ def test_a_search_where_nothing_fits_says_the_smallest_layout_and_how_many_gpus(
     r = exatrain_cli(*args, "--train.global_batch_size=8")
     assert r.returncode == 2 and "no layout of this model fits 8 GPUs of 40 GiB" in r.stderr, r.stderr
     assert "HINT: give the job more GPUs" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_each_pipeline_rank_carries_its_own_stages():
+    """planner.stage_loads: per pipeline rank, the FLOPs of its blocks (and their recomputation) and of the
+    head on the last rank, and its memory-bound bytes. Checked against the model's FLOPs per token
+    (observe.flops, PaLM's 6 N + 12 L D T), the head's 6 V D by hand, and the average rank's bytes."""
+    from exatrain.observe.flops import transformer_flops_per_token
+    from exatrain.tools.plan import planner
+
+    vocab = 5000  # a head as large as a few blocks, as real vocabularies make it
+    cfg = load_config(
+        None,
+        BASE
+        + ["parallel.pp=2", "parallel.dp_shard=2", "train.global_batch_size=16", "train.micro_batch_size=4"],
+    )
+    dims = preflight(cfg, 4)
+    shape = configured_shape(cfg.model)
+    matmul = planner.shape_params(cfg, vocab) - (vocab + 64) * shape.dim
+    loads = planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused")
+    assert len(loads) == 2
+    tokens = 16 * 64 / dims.dp  # through each pipeline rank per step (TP 1)
+    flops = [s.matmul_flops + s.attention_flops for s in loads]
+    # all ranks together: every token through the whole model once, forward and backward
+    whole = transformer_flops_per_token(matmul, shape.n_layers, shape.dim, 64)
+    assert sum(flops) == pytest.approx(tokens * whole)
+    # 2 blocks each: the last rank's surplus is the head's 6 V D per token
+    assert flops[1] - flops[0] == pytest.approx(6 * vocab * shape.dim * tokens)
+    # the fused attention's 12 D T per block and token, 2 blocks on each rank
+    assert loads[0].attention_flops == pytest.approx(2 * 12 * shape.dim * 64 * tokens)
+    # the memory-bound bytes: the average rank's (planner.memory_traffic) is their mean
+    average = planner.memory_traffic(cfg, dims, vocab, "fused")
+    assert sum(s.memory_bytes for s in loads) / 2 == pytest.approx(average)
+    assert loads[1].memory_bytes > loads[0].memory_bytes  # the loss over 5000 logits
+
+    # full checkpointing recomputes the blocks' forward (2 N per token more), never the head's
+    full = load_config(
+        None,
+        BASE
+        + [
+            "parallel.pp=2",
+            "parallel.dp_shard=2",
+            "train.global_batch_size=16",
+            "train.micro_batch_size=4",
+            "parallel.activation_checkpoint=full",
+        ],
+    )
+    recomputed = planner.stage_loads(full, preflight(full, 4), vocab, matmul, "fused", "fused")
+    block_params = matmul - vocab * shape.dim
+    extra = sum(s.matmul_flops + s.attention_flops for s in recomputed) - sum(flops)
+    assert extra == pytest.approx(tokens * (2 * block_params + 4 * shape.n_layers * shape.dim * 64))
+
+    # a run that split its layers 1 + 3: the last rank carries three blocks' FLOPs and the head's
+    uneven = planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused", stage_layers=(1, 3))
+    per_block = flops[0] / 2
+    head = 6 * vocab * shape.dim * tokens
+    assert uneven[1].matmul_flops + uneven[1].attention_flops == pytest.approx(3 * per_block + head)
+    with pytest.raises(ValueError, match="stage_layers"):
+        planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused", stage_layers=(2, 1))
+    params = planner.shape_params(cfg, vocab)
+    even = search_evaluate(cfg, dims, vocab, params, None)
+    skewed = search_evaluate(cfg, dims, vocab, params, (1, 3))
+    assert even.breakdown["pipeline_imbalance_s"] > 0  # the head on the last rank
+    assert skewed.breakdown["pipeline_imbalance_s"] > even.breakdown["pipeline_imbalance_s"]
+    assert skewed.step_time_s > even.step_time_s
+
+
+def search_evaluate(cfg, dims, vocab, params, stage_layers):
+    """search.evaluate on HW, 4 GPUs per node, an 80 GB GPU."""
+    from exatrain.tools.plan.search import evaluate
+
+    return evaluate(cfg, dims, vocab, HW, 4, 80.0, params, stage_layers=stage_layers)

@@ -95,6 +95,40 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     assert estimate.step_time(_inputs(memory_bytes=2e9), [], HW).breakdown["memory_bound_s"] == 0
 
 
+def test_the_slowest_pipeline_rank_sets_the_pace():
+    # two pipeline ranks, 4 microbatches: rank 0 runs 2e15 FLOPs per step (10 s at 200 TF/s), rank 1 runs
+    # 3e15 FLOPs (15 s) and 1e12 bytes of memory-bound kernels (1 s at 1000 GB/s): 16 s. The slowest rank
+    # runs its 4 microbatches back to back (16 s) and rank 0 adds its fill and drain (10 s / 4): 18.5 s;
+    # the average rank's 13 s plus the bubble (13 s x 1 / 4) is 16.25 s, so the imbalance is 2.25 s
+    # = (16 - 13) x (1 - 1 / 4)
+    hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
+    stages = (
+        estimate.StageLoad(matmul_flops=2e15, attention_flops=0.0, memory_bytes=0.0),
+        estimate.StageLoad(matmul_flops=3e15, attention_flops=0.0, memory_bytes=1e12),
+    )
+    inputs = _inputs(pp=2, microbatches=4, stages=stages)
+    assert estimate.pipeline_imbalance(inputs, hbm) == pytest.approx(2.25)
+    t = estimate.step_time(inputs, [], hbm)
+    assert t.breakdown["pipeline_imbalance_s"] == pytest.approx(2.25)
+    kernels = t.breakdown["compute_s"] + t.breakdown["memory_bound_s"]
+    assert t.step_time_s == pytest.approx(
+        kernels + t.breakdown["bubble_s"] + 2.25 + t.breakdown["optimizer_s"]
+    )
+    # the fused attention's FLOPs at its own rate: 1e15 at 100 TF/s on rank 0 makes it the slowest (20 s)
+    fast = Hardware(**{**hbm.__dict__, "attention_tflops": 100.0})
+    slow0 = (estimate.StageLoad(2e15, 1e15, 0.0), stages[1])
+    # average (20 + 16) / 2 = 18, slowest 20: (20 - 18) x 3 / 4
+    assert estimate.pipeline_imbalance(_inputs(pp=2, microbatches=4, stages=slow0), fast) == pytest.approx(
+        1.5
+    )
+    # interleaved: 2 stages per rank, 8 chunks in flight: (16 - 13) x (1 - 1 / 8)
+    two = _inputs(pp=2, microbatches=4, pp_chunks=2, stages=stages)
+    assert estimate.pipeline_imbalance(two, hbm) == pytest.approx(3 * 7 / 8)
+    # equal ranks: no imbalance, the bubble alone
+    even = (stages[0], stages[0])
+    assert estimate.pipeline_imbalance(_inputs(pp=2, microbatches=4, stages=even), hbm) == 0
+
+
 def test_fused_attention_runs_at_its_own_rate_when_measured():
     # 1e9 of the 6e9 FLOP/token are the fused attention kernel's: at 200 and 100 TF/s,
     # (5e9 / 200e12 + 1e9 / 100e12) x 32768 tokens / 8 GPUs = 0.14336 s
@@ -306,7 +340,15 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     b = plan["breakdown"]
-    assert set(b) == {"compute_s", "memory_bound_s", "exposed_comm_s", "bubble_s", "optimizer_s"}
+    assert set(b) == {
+        "compute_s",
+        "memory_bound_s",
+        "exposed_comm_s",
+        "bubble_s",
+        "pipeline_imbalance_s",
+        "optimizer_s",
+    }
+    assert b["pipeline_imbalance_s"] == 0  # no pipeline
     assert b["memory_bound_s"] > 0 and b["optimizer_s"] > 0  # hbm_gbs given
     # 1e9 tokens / 512 per step = 1953125 steps; 4 ranks on one JUWELS Booster node at 48 core-hours per hour
     assert plan["wall_time_h"] == pytest.approx(1953125 * plan["step_time_s"] / 3600)

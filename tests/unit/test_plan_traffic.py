@@ -93,7 +93,8 @@ def _two_blocks(batch: int, seq: int, checkpointed: bool) -> traffic.RankWork:
         recomputed_blocks=blocks if checkpointed else 0,
         forwards=1,
         batch=batch,
-        stage_share=1.0,
+        embeddings=1.0,
+        head=1.0,
     )
 
 

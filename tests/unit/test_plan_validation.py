@@ -91,7 +91,11 @@ def predict(run: dict, hw: dict | None = None):
     params = total_params(cfg, run["vocab"])
     # the attention kernel the run's code used (a fact about the run, cited in the data file's [source.*])
     attention = DATA["source"][run["source"]].get("attention", "fused")
-    return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, "fused", attention)
+    # how the run's code split its blocks over the pipeline stages, where it differs from exatrain's split
+    layers = tuple(run["stage_layers"]) if "stage_layers" in run else None
+    return evaluate(
+        cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, "fused", attention, layers
+    )
 
 
 def _record(run: dict, hw: dict | None = None) -> dict:
@@ -275,3 +279,36 @@ if __name__ == "__main__":  # print the page's rows and figures: python tests/un
     med, worst = summary(recs)
     print(f"median {med:.1%} worst {worst:.1%}")
     print(markdown([_record(run) for run in DATA["own_run"]]))
+
+
+def _errors_with(machine: str, **constants) -> dict[str, float]:
+    """Every published run's signed error with some constants of one machine replaced."""
+    out = {}
+    for run in DATA["run"]:
+        hw = dict(DATA["hardware"][run["hardware"]])
+        if run["hardware"] == machine:
+            hw.update(constants)
+        out[run["id"]] = _record(run, hw)["error"]
+    return out
+
+
+def test_the_bandwidth_readings_the_page_states():
+    """The page's readings of the bandwidths that are upper bounds: the LUMI rows with 100 and 50 GB/s
+    within an MI250X node, and bloom-176b with half the Jean Zay column's bandwidths, recomputed."""
+    text = " ".join(PAGE.read_text().split())
+    lumi = ("lumi-7b", "lumi-33b", "lumi-175b")
+    e100 = _errors_with("mi250x-gcd", intra_node_busbw_gbs=100.0)
+    e50 = _errors_with("mi250x-gcd", intra_node_busbw_gbs=50.0)
+    reading = (
+        f"With 100 GB/s the LUMI errors become {_percent_list([e100[r] for r in lumi])}; with 50, "
+        f"{_percent_list([e50[r] for r in lumi])}"
+    )
+    assert reading in text, reading
+    for errors in (e100, e50):
+        median, worst = statistics.median(map(abs, errors.values())), max(map(abs, errors.values()))
+        assert (round(median * 100), round(worst * 100)) == (18, 42)  # "stays 18 %, the worst 42 %"
+    assert "the median over the 17 runs stays 18 %, the worst 42 %" in text
+    base = _record(next(r for r in DATA["run"] if r["id"] == "bloom-176b"))["error"]
+    half = _errors_with("a100-80gb-jz", intra_node_busbw_gbs=150.0, inter_node_busbw_gbs=25.0)["bloom-176b"]
+    moves = f"moves bloom-176b from {round(base * 100)} % to {round(half * 100)} %"
+    assert moves in text, moves

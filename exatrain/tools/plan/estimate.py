@@ -1,5 +1,5 @@
 """Step time of a layout from hardware constants (torch-free): compute, memory-bound kernels, exposed
-communication, bubble, optimizer.
+communication, bubble, pipeline imbalance, optimizer.
 
 Nothing here is fitted to a measured step: the inputs are the model's FLOPs, the bytes its memory-bound
 kernels move (exatrain.tools.plan.traffic), the measured collectives of one step
@@ -26,6 +26,16 @@ ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq 
 
 
 @dataclass(frozen=True)
+class StageLoad:
+    """One pipeline rank's own work per step (its stages' blocks, and the embeddings or the head where it
+    holds the first or last stage): FLOPs by the rate that runs them, and memory-bound bytes."""
+
+    matmul_flops: float
+    attention_flops: float  # the fused attention kernel's (0 when attention is plain matrix products)
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
 class StepInputs:
     """What the step-time model needs besides the collectives."""
 
@@ -45,6 +55,8 @@ class StepInputs:
     # communication runs beside the kernels (GPUs: copy engines and NCCL's own SMs); False on CPU nodes,
     # where the same cores compute and communicate, so every collective adds to the step
     overlap: bool = True
+    # each pipeline rank's own work (planner.stage_loads); empty without pipeline parallel
+    stages: tuple[StageLoad, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,7 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=17, low=0.91, median=1.25, high=1.73)
+PUBLISHED = PublishedRatio(runs=17, low=0.91, median=1.22, high=1.73)
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,8 @@ class StepTime:
     tokens_per_s: float
     tflops_per_gpu: float
     mfu: float | None
-    breakdown: dict  # compute, memory-bound kernels, exposed communication, bubble, optimizer (seconds)
+    # compute, memory-bound kernels, exposed communication, bubble, pipeline imbalance, optimizer (seconds)
+    breakdown: dict
     comm_s: dict  # "kind over dim" -> seconds of that collective if not overlapped
     published_ratio: dict = field(default_factory=lambda: asdict(PUBLISHED))
     constants: str = ""  # the [hardware] table's source: "published", "measured" or "" (not said)
@@ -150,10 +163,11 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     # data-parallel gradient/parameter traffic overlaps the backward (DDP buckets, FSDP reduce-scatter) and
     # the forward (FSDP's prefetched all-gathers): only what the kernels cannot hide is exposed
     exposed_dp = max(0.0, dp_total - kernels)
-    bubble = 0.0
+    bubble = imbalance = 0.0
     if inputs.pp > 1:
         bubble = kernels * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)
-    total = kernels + exposed_dp + exposed_other + bubble + optimizer
+        imbalance = pipeline_imbalance(inputs, hw)
+    total = kernels + exposed_dp + exposed_other + bubble + imbalance + optimizer
     tflops = inputs.flops_per_token * inputs.tokens_per_step / total / inputs.world_size / 1e12
     return StepTime(
         step_time_s=total,
@@ -165,11 +179,37 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
             "memory_bound_s": memory,
             "exposed_comm_s": exposed_dp + exposed_other,
             "bubble_s": bubble,
+            "pipeline_imbalance_s": imbalance,
             "optimizer_s": optimizer,
         },
         comm_s=comm,
         constants=hw.source,
     )
+
+
+def pipeline_imbalance(inputs: StepInputs, hw) -> float:
+    """What a pipeline loses to its slowest rank: (slowest - average rank's kernel time) x (1 - 1 / (m v)).
+
+    In a pipeline of p ranks, m microbatches and v stages per rank, the slowest rank runs its m
+    microbatches back to back and the others add their fill and drain: step = t_max + (sum of t_r - t_max)
+    / (m v), with t_r a rank's kernel time per step. With equal ranks that is the average t plus the
+    bubble, t (p - 1) / (m v); the rest, (t_max - t_avg) (1 - 1 / (m v)), is the imbalance: the first
+    rank's embeddings, the last rank's head and loss, and stages with one block more than others."""
+    if not inputs.stages:
+        return 0.0
+    times = [stage_seconds(s, hw) for s in inputs.stages]
+    slowest, average = max(times), sum(times) / len(times)
+    return (slowest - average) * (1 - 1 / (inputs.microbatches * inputs.pp_chunks))
+
+
+def stage_seconds(load: StageLoad, hw) -> float:
+    """One pipeline rank's kernel time per step: its products at their rates, its memory-bound bytes at
+    HBM bandwidth (none when the profile has no hbm_gbs, as for the step's memory-bound term)."""
+    attention_rate = hw.attention_tflops or hw.matmul_tflops
+    seconds = load.matmul_flops / (hw.matmul_tflops * 1e12) + load.attention_flops / (attention_rate * 1e12)
+    if hw.hbm_gbs:
+        seconds += load.memory_bytes / (hw.hbm_gbs * 1e9)
+    return seconds
 
 
 def compute_seconds(inputs: StepInputs, hw) -> float:

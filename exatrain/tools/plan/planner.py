@@ -209,13 +209,18 @@ def step_inputs(
     local_param_elements: int,
     norm: str,
     attention: str = "fused",
+    stage_layers: tuple[int, ...] | None = None,
 ) -> estimate.StepInputs:
     """What the step-time model needs of a layout besides its collectives (`gpus_per_node` 0: a CPU node,
-    where communication cannot overlap the kernels; `norm`, `attention`: see memory_traffic)."""
+    where communication cannot overlap the kernels; `norm`, `attention`: see memory_traffic;
+    `stage_layers`: see stage_loads)."""
     shape = configured_shape(cfg.model)
     matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as the trainer's MFU counts (train/trainer.py)
     p = cfg.parallel
     fused_attention = attention_flops_per_token(shape.n_layers, shape.dim, cfg.data.seq_len)
+    stages = ()
+    if dims.pp_enabled:
+        stages = stage_loads(cfg, dims, vocab, matmul, norm, attention, stage_layers)
     return estimate.StepInputs(
         world_size=dims.world_size,
         gpus_per_node=gpus_per_node or dims.world_size,
@@ -229,6 +234,7 @@ def step_inputs(
         memory_bytes=memory_traffic(cfg, dims, vocab, norm, attention),
         attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
         overlap=bool(gpus_per_node),
+        stages=stages,
     )
 
 
@@ -238,15 +244,13 @@ def norm_kernel(gpus_per_node: int) -> str:
     return "fused" if gpus_per_node else "composite"
 
 
-def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str = "fused") -> float:
-    """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic):
-    the rank's share of the blocks (n_layers / pp), of the embeddings and the head (1 / pp), over the
-    tokens of its data-parallel shard. `attention`: "fused" is exatrain's own (scaled_dot_product_attention);
-    "materialised" counts softmax over scores kept in memory (validation runs whose code did that)."""
-    p, t = cfg.parallel, cfg.train
-    shape = configured_shape(cfg.model)
-    kernels = traffic.Kernels(
-        shape=shape,
+def traffic_kernels(
+    cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str
+) -> traffic.Kernels:
+    """The kernels a rank of this layout runs, as the byte count of exatrain.tools.plan.traffic needs them."""
+    p = cfg.parallel
+    return traffic.Kernels(
+        shape=configured_shape(cfg.model),
         vocab=vocab,
         seq_len=cfg.data.seq_len,
         elem_bytes=compute_bytes(cfg),
@@ -258,18 +262,92 @@ def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, atten
         attention=attention,
         dropout=cfg.model.dropout > 0,
     )
-    blocks = shape.n_layers / dims.pp
+
+
+def recomputed_blocks(cfg: Config, blocks: float) -> float:
+    """Of `blocks` consecutive blocks, how many activation checkpointing recomputes in the backward."""
+    p = cfg.parallel
     every = {"full": 1, "every": p.activation_checkpoint_every}.get(p.activation_checkpoint)
-    micro = dims.microbatches(p) if dims.pp_enabled else 1
-    work = traffic.RankWork(
+    return -(-blocks // every) if every else 0
+
+
+def rank_work(
+    cfg: Config, dims: ParallelDims, blocks: float, embeddings: float, head: float
+) -> traffic.RankWork:
+    """One rank's work per step: `blocks` blocks and the given shares of the embeddings and the head, over
+    the tokens of its data-parallel shard."""
+    t = cfg.train
+    micro = dims.microbatches(cfg.parallel) if dims.pp_enabled else 1
+    return traffic.RankWork(
         tokens=t.global_batch_size * cfg.data.seq_len // dims.dp,
         blocks=blocks,
-        recomputed_blocks=-(-blocks // every) if every else 0,
+        recomputed_blocks=recomputed_blocks(cfg, blocks),
         forwards=t.global_batch_size // (t.micro_batch_size * dims.dp) * micro,
         batch=max(1, t.micro_batch_size // micro),
-        stage_share=1 / dims.pp,
+        embeddings=embeddings,
+        head=head,
     )
+
+
+def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str = "fused") -> float:
+    """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic):
+    the rank's share of the blocks (n_layers / pp), of the embeddings and the head (1 / pp), over the
+    tokens of its data-parallel shard. `attention`: "fused" is exatrain's own (scaled_dot_product_attention);
+    "materialised" counts softmax over scores kept in memory (validation runs whose code did that)."""
+    kernels = traffic_kernels(cfg, dims, vocab, norm, attention)
+    share = 1 / dims.pp
+    work = rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
     return traffic.step_bytes(kernels, work)
+
+
+def stage_loads(
+    cfg: Config,
+    dims: ParallelDims,
+    vocab: int,
+    matmul_params: int,
+    norm: str,
+    attention: str,
+    stage_layers: tuple[int, ...] | None = None,
+) -> tuple[estimate.StageLoad, ...]:
+    """Each pipeline rank's own work per step: its stages' blocks (with their recomputation), the
+    embeddings on the rank of the first stage, the final norm, head and loss on the rank of the last.
+    The slowest rank sets a pipeline's pace, so the step-time model needs them one by one, not the average.
+    `stage_layers`: blocks per stage in stage order (a run whose code split its layers differently);
+    default exatrain's own split (models.pipeline_split.stage_layer_ranges)."""
+    from exatrain.distributed.pipeline import stage_ids
+    from exatrain.models.pipeline_split import stage_layer_ranges
+
+    shape = configured_shape(cfg.model)
+    chunks = cfg.parallel.pp_stages_per_rank
+    n_stages = dims.pp * chunks
+    layers = stage_layers or tuple(len(r) for r in stage_layer_ranges(shape.n_layers, n_stages))
+    if len(layers) != n_stages or sum(layers) != shape.n_layers:
+        raise ValueError(f"stage_layers {layers}: need {n_stages} stages holding {shape.n_layers} blocks")
+    head_params = vocab * shape.dim  # the output head (matmul_params includes it)
+    block_params = (matmul_params - head_params) / shape.n_layers
+    attention_per_block = attention_flops_per_token(1, shape.dim, cfg.data.seq_len)  # 12 D T, fwd + bwd
+    kernels = traffic_kernels(cfg, dims, vocab, norm, attention)
+    per_rank_tokens = cfg.train.global_batch_size * cfg.data.seq_len / (dims.dp * dims.tp)
+    loads = []
+    for r in range(dims.pp):
+        stages = stage_ids(r, dims.pp, chunks)
+        blocks = sum(layers[s] for s in stages)
+        head = 1.0 if n_stages - 1 in stages else 0.0
+        work = rank_work(cfg, dims, blocks, 1.0 if 0 in stages else 0.0, head)
+        # 6 FLOPs per parameter and token (forward 2, backward 4); a recomputed block's forward 2 more
+        runs = 3 * blocks + work.recomputed_blocks  # forward-equivalents of the rank's blocks
+        matmul = 2 * runs * block_params + 6 * head * head_params
+        attn = runs / 3 * attention_per_block  # the attention term scales as the blocks' FLOPs do
+        if attention != "fused":  # plain batched matrix products: at the matmul rate like the rest
+            matmul, attn = matmul + attn, 0.0
+        loads.append(
+            estimate.StageLoad(
+                matmul_flops=matmul * per_rank_tokens,
+                attention_flops=attn * per_rank_tokens,
+                memory_bytes=traffic.step_bytes(kernels, work),
+            )
+        )
+    return tuple(loads)
 
 
 def analytic_model(cfg: Config, vocab: int) -> analytic.Model:

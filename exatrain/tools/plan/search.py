@@ -197,9 +197,10 @@ def evaluate(
     params: int,
     norm: str = "fused",
     attention: str = "fused",
+    stage_layers: tuple[int, ...] | None = None,
 ) -> Layout:
     """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
-    `norm`, `attention`: which kernels run, planner.memory_traffic)."""
+    `norm`, `attention`: which kernels run, planner.memory_traffic; `stage_layers`: planner.stage_loads)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
@@ -214,7 +215,7 @@ def evaluate(
     step = step_shape(cfg, dims)
     comm = analytic.collectives(m, dims, step, shards[0])
     local = max(s.param_elements for s in shards)
-    inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, norm, attention)
+    inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, norm, attention, stage_layers)
     st = estimate.step_time(inputs, comm, hardware)
     return Layout(
         degrees=dims.degrees(),
@@ -245,7 +246,7 @@ def _why(peak, st: estimate.StepTime) -> str:
         f"memory {peak.total / memory.GIB:.1f} GiB, {peak.verdict}; compute {b['compute_s'] / total:.0%}, "
         f"memory-bound kernels {b['memory_bound_s'] / total:.0%}, "
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
-        f"optimizer {b['optimizer_s'] / total:.0%}"
+        f"stage imbalance {b['pipeline_imbalance_s'] / total:.0%}, optimizer {b['optimizer_s'] / total:.0%}"
     )
 
 

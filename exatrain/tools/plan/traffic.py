@@ -186,14 +186,16 @@ def head_cast_bytes(k: Kernels) -> float:
 
 @dataclass(frozen=True)
 class RankWork:
-    """How much of the model one rank runs per step (the average pipeline rank, as compute assumes)."""
+    """How much of the model one rank runs per step: a pipeline rank's own stages, or the average rank's
+    shares (n_layers / pp blocks, 1 / pp of the embeddings and of the head)."""
 
     tokens: int  # tokens per step through this rank's stage (global batch x T / data-parallel ranks)
-    blocks: float  # blocks per rank (n_layers / pp)
+    blocks: float  # blocks this rank runs
     recomputed_blocks: float  # of them, checkpointed (their forward runs again in backward)
     forwards: int  # micro-batch forwards per step (autocast casts the weights once per forward)
     batch: int  # samples per micro-batch
-    stage_share: float  # 1 / pp: this rank's share of the embeddings and the head
+    embeddings: float  # 1 on the rank of the first stage, else 0 (the average rank: 1 / pp)
+    head: float  # 1 on the rank of the last stage (final norm, head, loss), else 0 (average: 1 / pp)
 
 
 def step_bytes(k: Kernels, w: RankWork) -> float:
@@ -201,10 +203,10 @@ def step_bytes(k: Kernels, w: RankWork) -> float:
     b = block_bytes(k)
     per_block = b["forward"] + b["backward"]
     tokens = w.tokens * (w.blocks * per_block + w.recomputed_blocks * b["recompute"])
-    tokens += w.tokens * w.stage_share * (head_bytes(k) + embedding_bytes(k, w.batch))
+    tokens += w.tokens * (w.head * head_bytes(k) + w.embeddings * embedding_bytes(k, w.batch))
     casts = w.forwards * (
         (w.blocks + w.recomputed_blocks) * weight_cast_bytes(k) / 2  # a recompute casts the weights again
         + w.blocks * weight_cast_bytes(k) / 2
-        + w.stage_share * head_cast_bytes(k)
+        + w.head * head_cast_bytes(k)
     )
-    return tokens + casts + w.forwards * w.stage_share * embedding_grad_bytes(k)
+    return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k)
