@@ -8,7 +8,8 @@ tests/unit/test_plan_search.py) and `estimate.step_time`, the same path `--searc
 within 0.1 % of `--time` for layouts without pipeline parallelism. The test checks that the page prints
 these predictions (rounded as printed) and fails when the median or worst absolute error grows beyond the
 figures the page documents. Pipeline runs (Megatron-DeepSpeed: BLOOM, LUMI) go through the same path with
-the pipeline bubble of the layout's microbatches. It does not reproduce the runs' software (Megatron-LM's
+the pipeline bubble of the layout's microbatches and the slowest pipeline rank's pace (the stage split the
+run's code used, where the data file records it). It does not reproduce the runs' software (Megatron-LM's
 fused kernels, llm-foundry's FSDP and flash attention, DeepSpeed's pipeline engine, ROCm's kernels); that
 gap is what the error measures.
 """
@@ -312,3 +313,16 @@ def test_the_bandwidth_readings_the_page_states():
     half = _errors_with("a100-80gb-jz", intra_node_busbw_gbs=150.0, inter_node_busbw_gbs=25.0)["bloom-176b"]
     moves = f"moves bloom-176b from {round(base * 100)} % to {round(half * 100)} %"
     assert moves in text, moves
+
+
+def test_blooms_recorded_stage_split_gives_the_step_of_exatrains_own():
+    """The page says BLOOM's DeepSpeed split (5 blocks on the first and last stage, 6 on the others) gives the
+    same predicted step as exatrain's own split (6 on the first ten stages, 5 on the last two): the slowest
+    rank is the last one (5 blocks and the 250880-row head) in both, and the average is the same."""
+    run = next(r for r in DATA["run"] if r["id"] == "bloom-176b")
+    assert run["stage_layers"] == [5] + [6] * 10 + [5]
+    own = {k: v for k, v in run.items() if k != "stage_layers"}
+    assert predict(run).step_time_s == pytest.approx(predict(own).step_time_s, rel=1e-9)
+    assert "BLOOM's recorded stage split ([The runs](#the-runs)) gives the same step as exatrain's own" in (
+        " ".join(PAGE.read_text().split())
+    )
