@@ -49,17 +49,33 @@ def test_compute_and_exposed_tensor_parallel():
 
 
 def test_data_parallel_hidden_until_it_exceeds_compute_and_inter_node_is_slower():
-    # a dp all-reduce over ranks 0 and 4 crosses nodes (4 GPUs
-    # per node): 1e9 x 1 / 25e9 = 0.04 s < compute: hidden
-    small = Collective("all_reduce", "dp_replicate", 2, 5, 10**9, (0, 4))
+    # a dp all-reduce over ranks 0 and 4 crosses nodes (4 GPUs per node) with one rank on each: the node's
+    # 4 such groups share its links, so this one gets 25 / 4 GB/s: 2e8 x 1 / 6.25e9 = 0.032 s < compute
+    small = Collective("all_reduce", "dp_replicate", 2, 5, 2 * 10**8, (0, 4))
     assert estimate.step_time(_inputs(), [small], HW).breakdown["exposed_comm_s"] == 0
-    # 10e9 x 1 / 25e9 = 0.4 s: 0.4 - 0.12288 exposed
-    big = Collective("all_reduce", "dp_replicate", 2, 5, 10 * 10**9, (0, 4))
+    # 2.5e9 x 1 / 6.25e9 = 0.4 s: 0.4 - 0.12288 exposed
+    big = Collective("all_reduce", "dp_replicate", 2, 5, 25 * 10**8, (0, 4))
     assert estimate.step_time(_inputs(), [big], HW).breakdown["exposed_comm_s"] == pytest.approx(
         0.4 - 0.12288
     )
-    # the same group inside one node (8 GPUs per node): 10e9 / 100e9 = 0.1 s < compute: hidden
+    # the same group inside one node (8 GPUs per node): 2.5e9 / 100e9 = 0.025 s < compute: hidden
     assert estimate.step_time(_inputs(gpus_per_node=8), [big], HW).breakdown["exposed_comm_s"] == 0
+    # a group of whole nodes (ranks 0-7, 4 per node) has all of the links: 2.5e9 x 2 (7/8) / 25e9 = 0.175 s
+    whole = Collective("all_reduce", "dp_replicate", 8, 5, 25 * 10**8, tuple(range(8)))
+    assert estimate.step_time(_inputs(), [whole], HW).breakdown["exposed_comm_s"] == pytest.approx(
+        0.175 - 0.12288
+    )
+
+
+def test_groups_crossing_nodes_share_the_nodes_links():
+    # 4 GPUs per node: a group with 1, 2 or 4 ranks on each node gets 1/4, 1/2 or all of its links
+    assert estimate.node_links_share((0, 4), 4) == 0.25
+    assert estimate.node_links_share((0, 1, 4, 5), 4) == 0.5
+    assert estimate.node_links_share(tuple(range(8)), 4) == 1.0
+    assert estimate.node_links_share((0, 1, 2, 4), 4) == 0.25  # the node with the fewest sets the pace
+    # a pipeline send to the next node, one per rank: 1e9 / (25e9 / 4) = 0.16 s, in the critical path
+    send = Collective("send", "pp", 2, 10, 10**9, (0, 4))
+    assert estimate.step_time(_inputs(), [send], HW).breakdown["exposed_comm_s"] == pytest.approx(0.16)
 
 
 def test_bus_factors_bubble_recompute_and_optimizer():
@@ -83,9 +99,10 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [], hbm)
     assert t.breakdown["memory_bound_s"] == pytest.approx(0.002)
     assert t.step_time_s == pytest.approx(0.12288 + 0.002)
-    # a data-parallel all-reduce of 0.124 s (3.1e9 bytes x 1 / 25e9 across nodes) is longer than the compute
-    # (0.12288 s) but hidden behind compute and memory-bound kernels together (0.12488 s)
-    dp = Collective("all_reduce", "dp_replicate", 2, 5, 31 * 10**8, (0, 4))
+    # a data-parallel all-reduce of 0.124 s (7.75e8 bytes x 1 / 6.25e9: one rank per node, a quarter of the
+    # node's 25 GB/s) is longer than the compute (0.12288 s) but hidden behind compute and memory-bound
+    # kernels together (0.12488 s)
+    dp = Collective("all_reduce", "dp_replicate", 2, 5, 775 * 10**6, (0, 4))
     t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [dp], hbm)
     assert t.breakdown["exposed_comm_s"] == 0
     # the pipeline bubble idles both: (compute + memory) x (p - 1) / (m x chunks)
@@ -147,11 +164,11 @@ def test_fused_attention_runs_at_its_own_rate_when_measured():
 
 def test_on_cpu_nodes_communication_adds_to_the_step():
     """CPU ranks compute and communicate on the same cores: a data-parallel all-reduce that a GPU step hides
-    (0.04 s < 0.12288 s of compute, as above) adds its whole time."""
-    small = Collective("all_reduce", "dp_replicate", 2, 5, 10**9, (0, 4))
+    (0.032 s < 0.12288 s of compute, as above) adds its whole time."""
+    small = Collective("all_reduce", "dp_replicate", 2, 5, 2 * 10**8, (0, 4))
     t = estimate.step_time(_inputs(overlap=False), [small], HW)
-    assert t.breakdown["exposed_comm_s"] == pytest.approx(0.04)
-    assert t.step_time_s == pytest.approx(0.12288 + 0.04)
+    assert t.breakdown["exposed_comm_s"] == pytest.approx(0.032)
+    assert t.step_time_s == pytest.approx(0.12288 + 0.032)
 
 
 def test_hardware_table_is_parsed_and_validated(tmp_path):

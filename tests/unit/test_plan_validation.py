@@ -311,7 +311,7 @@ def test_the_bandwidth_readings_the_page_states():
     assert "the median over the 17 runs stays 18 %, the worst 42 %" in text
     base = _record(next(r for r in DATA["run"] if r["id"] == "bloom-176b"))["error"]
     half = _errors_with("a100-80gb-jz", intra_node_busbw_gbs=150.0, inter_node_busbw_gbs=25.0)["bloom-176b"]
-    moves = f"moves bloom-176b from {round(base * 100)} % to {round(half * 100)} %"
+    moves = f"moves bloom-176b from {round(base * 100):+d} % to {round(half * 100):+d} %"
     assert moves in text, moves
 
 

@@ -130,13 +130,28 @@ def constants_note(source: str) -> str:
     )
 
 
-def collective_seconds(kind: str, nbytes: int, group_size: int, crosses_nodes: bool, hw) -> float:
+def collective_seconds(
+    kind: str, nbytes: int, group_size: int, crosses_nodes: bool, hw, node_share: float = 1.0
+) -> float:
     """nccl-tests' model of one collective: S x busbw factor / busbw of the links its group crosses
-    (send/recv and broadcast: factor 1)."""
+    (send/recv and broadcast: factor 1). `node_share`: the part of a node's inter-node links this group
+    gets (node_links_share); nccl-tests' busbw across nodes is that of a group holding whole nodes."""
     if group_size <= 1 or nbytes == 0:
         return 0.0
-    busbw = (hw.inter_node_busbw_gbs if crosses_nodes else hw.intra_node_busbw_gbs) * 1e9
+    busbw = (hw.inter_node_busbw_gbs * node_share if crosses_nodes else hw.intra_node_busbw_gbs) * 1e9
     return nbytes * BUS_FACTOR.get(kind, lambda n: 1.0)(group_size) / busbw
+
+
+def node_links_share(ranks, gpus_per_node: int) -> float:
+    """The share of a node's inter-node links one group crossing nodes gets: k / gpus_per_node, with k its
+    fewest ranks on one node. Every rank of a node runs its own group of the same mesh dimension at the
+    same time (data-parallel all-reduces, pipeline sends: all ranks step together), so the node's
+    gpus_per_node / k such groups share its NICs; a group of whole nodes (what nccl-tests' busbw across
+    nodes measures) has them all. Ranks fill nodes in order, as SLURM's block distribution places them."""
+    per_node: dict[int, int] = {}
+    for r in ranks:
+        per_node[r // gpus_per_node] = per_node.get(r // gpus_per_node, 0) + 1
+    return min(per_node.values()) / gpus_per_node
 
 
 def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
@@ -149,7 +164,8 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     dp_total = 0.0
     for c in collectives:
         crosses = len({r // inputs.gpus_per_node for r in c.ranks}) > 1  # ranks fill nodes in order
-        t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw)
+        share = node_links_share(c.ranks, inputs.gpus_per_node) if crosses else 1.0
+        t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw, share)
         comm[f"{c.kind} over {c.dim}"] = t
         if inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
             dp_total += t
