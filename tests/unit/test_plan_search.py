@@ -37,6 +37,21 @@ LAYOUTS = {  # W = 4
         "parallel.pp_stages_per_rank=2",
         "train.micro_batch_size=4",
     ],
+    # blocks that do not divide by the stages: the trainer gives the remainder to the earliest stages
+    "pp_uneven_fsdp": [
+        "parallel.pp=2",
+        "parallel.dp_shard=2",
+        "train.micro_batch_size=4",
+        "model.n_layers=5",
+    ],
+    "pp_interleaved_uneven_tp": [
+        "parallel.pp=2",
+        "parallel.tp=2",
+        "parallel.pp_schedule=interleaved_1f1b",
+        "parallel.pp_stages_per_rank=2",
+        "train.micro_batch_size=4",
+        "model.n_layers=6",
+    ],
 }
 
 
@@ -102,7 +117,7 @@ def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
     for lay in result.layouts:
         d = lay.degrees
         assert d["pp"] * d["dp_replicate"] * d["dp_shard"] * d["tp"] == 8
-        assert d["tp"] <= 4 and shape.n_heads % d["tp"] == 0 and shape.n_layers % d["pp"] == 0
+        assert d["tp"] <= 4 and shape.n_heads % d["tp"] == 0 and d["pp"] <= shape.n_layers
     schedules = {x.pp_schedule for x in result.layouts}
     assert {None, "1f1b", "gpipe", "interleaved_1f1b"} <= schedules
     assert {x.activation_checkpoint for x in result.layouts} == {"none", "full"}
@@ -182,6 +197,16 @@ PIPELINE_FSDP = {  # (world size, overrides): FSDP inside pipeline schedules
             "parallel.pp_stages_per_rank=3",
         ],
     ),
+    "interleaved_uneven_2_2_1_1": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_microbatches=4"]
+        + ["model.n_layers=6"]
+        + INTERLEAVED,
+    ),
+    "1f1b_uneven_3_2": (
+        4,
+        ["parallel.pp=2", "parallel.dp_shard=2", "train.micro_batch_size=4", "model.n_layers=5"],
+    ),
     "interleaved_4_stages": (
         8,
         ["parallel.pp=4", "parallel.dp_shard=2", "train.micro_batch_size=4", "parallel.pp_microbatches=4"]
@@ -215,6 +240,30 @@ def test_closed_form_fsdp_inside_a_pipeline_matches_the_measured_step(name):
                 count, nbytes = measured.get(c.kind, (0, 0))
                 measured[c.kind] = (count + c.count, nbytes + c.bytes)
         assert counted == measured, (pp_rank, counted, measured)
+
+
+def test_search_includes_uneven_pipeline_splits_and_prices_their_slowest_stage():
+    """Six blocks on 4 ranks: pipeline degree 4 splits them 2, 2, 1, 1 (the trainer's split), a valid layout
+    the search now tries. Its predicted step carries the imbalance (rank 0: two blocks and the embeddings,
+    the last rank: one block and the head), and it equals what `exatrain plan --time` predicts for the
+    same options, with the same memory."""
+    cfg = load_config(
+        None, BASE + ["model.n_layers=6", "train.global_batch_size=16", "parallel.dp_replicate=-1"]
+    )
+    result = search(cfg, 4, VOCAB, HW, 4, 80.0, top=10_000)
+    four = [x for x in result.layouts if x.degrees["pp"] == 4]
+    assert four and all(x.breakdown["pipeline_imbalance_s"] > 0 for x in four)
+    lay = four[0]
+    chosen = load_config(
+        None,
+        BASE + ["model.n_layers=6", "train.global_batch_size=16"] + [o[2:] for o in lay.overrides.split()],
+    )
+    plan = make_plan(chosen, 4, 80.0, VOCAB, hardware=HW, gpus_per_node=4)
+    assert plan.peak.total == lay.memory_bytes, lay.overrides
+    assert plan.time["step_time_s"] == pytest.approx(lay.step_time_s, rel=1e-3)
+    assert plan.time["breakdown"]["pipeline_imbalance_s"] == pytest.approx(
+        lay.breakdown["pipeline_imbalance_s"], rel=1e-3
+    )
 
 
 def test_a_search_where_nothing_fits_says_the_smallest_layout_and_how_many_gpus(exatrain_cli):

@@ -52,9 +52,11 @@ def _shard(rows: int, cols: int, n: int) -> int:
 
 def rank_shards(m: Model, dims: ParallelDims, chunks: int, pp_rank: int) -> RankShards:
     """The shards of rank 0 of `pp_rank`'s group, as exatrain.tools.plan.layout measures them."""
+    from exatrain.models.pipeline_split import stage_layer_ranges
+
     n_stages = dims.pp * chunks
     stages = tuple(pp_rank + k * dims.pp for k in range(chunks))
-    per_stage = m.shape.n_layers // n_stages
+    layers = [len(r) for r in stage_layer_ranges(m.shape.n_layers, n_stages)]  # the trainer's split
     s = dims.dp_shard if dims.fsdp else 1
     elements = tensors = 0
     units = []
@@ -62,11 +64,11 @@ def rank_shards(m: Model, dims: ParallelDims, chunks: int, pp_rank: int) -> Rank
     for stage in stages:
         first, last = stage == 0, stage == n_stages - 1
         block = _tensors(m, dims.tp, False, False, 1)
-        units += [sum(r * c for r, c in block) * 4] * per_stage
+        units += [sum(r * c for r, c in block) * 4] * layers[stage]
         outer = [t for t in _tensors(m, dims.tp, first, last, 0)]
         if outer:
             units.append(sum(r * c for r, c in outer) * 4)
-        for r, c in block * per_stage + outer:
+        for r, c in block * layers[stage] + outer:
             elements += _shard(r, c, s)
             tensors += 1
         measured_grads = not (dims.fsdp or (dims.pp > 1 and dims.ddp))  # as layout.meta_grad_bytes
@@ -78,7 +80,7 @@ def rank_shards(m: Model, dims: ParallelDims, chunks: int, pp_rank: int) -> Rank
         rank=pp_rank * (dims.world_size // dims.pp),
         pp_rank=pp_rank,
         stages=stages,
-        blocks=(per_stage,) * chunks,
+        blocks=tuple(layers[stage] for stage in stages),
         first=0 in stages,
         last=n_stages - 1 in stages,
         param_elements=elements,
@@ -103,12 +105,12 @@ class StepShape:
     recompute: bool  # activation checkpointing re-runs forward collectives in backward
 
 
-def _group(dims: ParallelDims, name: str) -> tuple[int, int]:
-    """First and last rank of rank 0's group over `name` (mesh order pp, dp_replicate, dp_shard, tp): enough
-    for estimate.py to tell whether the group crosses nodes."""
+def _group(dims: ParallelDims, name: str) -> tuple[int, ...]:
+    """The ranks of rank 0's group over `name` (mesh order pp, dp_replicate, dp_shard, tp): estimate.py
+    tells from them whether the group crosses nodes and how many of its ranks share a node."""
     stride = {"tp": 1, "dp_shard": dims.tp, "dp_replicate": dims.tp * dims.dp_shard}
     stride["pp"] = stride["dp_replicate"] * dims.dp_replicate
-    return 0, stride[name] * (getattr(dims, name) - 1)
+    return tuple(range(0, stride[name] * getattr(dims, name), stride[name]))
 
 
 def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShards) -> list[Collective]:
@@ -188,14 +190,15 @@ def _fsdp_interleaved(
     every unit and reshards it. Per micro-batch of gradient accumulation (each is one schedule step)."""
     from exatrain.tools.plan.schedule_actions import rank_actions
 
-    per_stage = shards.blocks[0]
+    per_stage = dict(zip(shards.stages, shards.blocks))  # blocks of each of the rank's stages
     roots = _stage_roots(shards, units, block)
     gathered: dict[tuple[int, int], bool] = {}
     count = nbytes = reduces = reduced = 0
 
     def stage_units(stage: int):
         """(unit, gathered bytes, fp32 bytes, reshards after forward) of one stage's non-empty units."""
-        out = [((stage, i), block, block * 4 // param_bytes, i < per_stage - 1) for i in range(per_stage)]
+        n = per_stage[stage]
+        out = [((stage, i), block, block * 4 // param_bytes, i < n - 1) for i in range(n)]
         if roots[stage]:
             out.append(((stage, -1), roots[stage], roots[stage] * 4 // param_bytes, True))
         return out

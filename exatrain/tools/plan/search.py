@@ -85,14 +85,14 @@ def candidates(cfg: Config, world_size: int, gpus_per_node: int):
             continue
         for pp in divisors(world_size // tp):
             dp = world_size // (tp * pp)
-            if shape.n_layers % pp or gb % dp:
+            if pp > shape.n_layers or gb % dp:
                 continue
             for shard in divisors(dp):
                 for mb in divisors(gb // dp):
                     for ac in AC_MODES:
                         for schedule, chunks in SCHEDULES if pp > 1 else ((p.pp_schedule, 1),):
-                            if shape.n_layers % (pp * chunks):
-                                continue
+                            if pp * chunks > shape.n_layers:  # uneven splits are valid: their
+                                continue  # slowest stage is priced (pipeline_imbalance_s)
                             parallel = dataclasses.replace(
                                 p,
                                 dp_replicate=dp // shard,
@@ -147,7 +147,7 @@ def search(
             f"no layout of this model fits the trainer's checks on {world_size} ranks",
             "raise train.global_batch_size (each data-parallel rank needs a sample, a pipeline rank's "
             "micro batch at least pp samples) to a multiple of a large power of two, or check that "
-            "model.n_heads and model.n_layers divide by the tensor- and pipeline-parallel degrees you expect",
+            "model.n_heads divides by the tensor-parallel degrees you expect",
         )
     if not ranked:
         raise nothing_fits(smallest, considered, world_size, gpu_gb, params)
