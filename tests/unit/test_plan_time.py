@@ -53,18 +53,43 @@ def test_data_parallel_hidden_until_it_exceeds_compute_and_inter_node_is_slower(
     # 4 such groups share its links, so this one gets 25 / 4 GB/s: 2e8 x 1 / 6.25e9 = 0.032 s < compute
     small = Collective("all_reduce", "dp_replicate", 2, 5, 2 * 10**8, (0, 4))
     assert estimate.step_time(_inputs(), [small], HW).breakdown["exposed_comm_s"] == 0
-    # 2.5e9 x 1 / 6.25e9 = 0.4 s: 0.4 - 0.12288 exposed
+    # 2.5e9 x 1 / 6.25e9 = 0.4 s: a gradient reduction hides only behind the backward, 2/3 of the compute
+    # (0.08192 s): 0.4 - 0.08192 exposed
     big = Collective("all_reduce", "dp_replicate", 2, 5, 25 * 10**8, (0, 4))
     assert estimate.step_time(_inputs(), [big], HW).breakdown["exposed_comm_s"] == pytest.approx(
-        0.4 - 0.12288
+        0.4 - 0.08192
     )
     # the same group inside one node (8 GPUs per node): 2.5e9 / 100e9 = 0.025 s < compute: hidden
     assert estimate.step_time(_inputs(gpus_per_node=8), [big], HW).breakdown["exposed_comm_s"] == 0
     # a group of whole nodes (ranks 0-7, 4 per node) has all of the links: 2.5e9 x 2 (7/8) / 25e9 = 0.175 s
     whole = Collective("all_reduce", "dp_replicate", 8, 5, 25 * 10**8, tuple(range(8)))
     assert estimate.step_time(_inputs(), [whole], HW).breakdown["exposed_comm_s"] == pytest.approx(
-        0.175 - 0.12288
+        0.175 - 0.08192
     )
+
+
+def test_gradient_reduction_hides_only_behind_the_last_backward():
+    # an all-reduce over ranks 0-7 (whole nodes of 4: all the links): 5e8 x 2 (7/8) / 25e9 = 0.035 s
+    reduce = Collective("all_reduce", "dp_replicate", 8, 5, 5 * 10**8, tuple(range(8)))
+    # no accumulation: it hides behind the backward, 2/3 of the compute (0.08192 s)
+    assert estimate.reduction_window(_inputs(), 0.12288) == pytest.approx(0.08192)
+    assert estimate.step_time(_inputs(), [reduce], HW).breakdown["exposed_comm_s"] == 0
+    # 4 micro-batches of accumulation: only beside the last one's backward, 0.12288 / 4 x 2/3 = 0.02048 s
+    acc = _inputs(accumulation=4)
+    assert estimate.reduction_window(acc, 0.12288) == pytest.approx(0.02048)
+    assert estimate.step_time(acc, [reduce], HW).breakdown["exposed_comm_s"] == pytest.approx(0.035 - 0.02048)
+    # full recomputation: compute 0.16384 s, of which the backward with its recomputed forward is 3/4:
+    # 0.16384 / 4 x 3/4 = 0.03072 s
+    rc = _inputs(accumulation=4, recompute_factor=4 / 3)
+    assert estimate.reduction_window(rc, 0.16384) == pytest.approx(0.03072)
+    assert estimate.step_time(rc, [reduce], HW).breakdown["exposed_comm_s"] == pytest.approx(0.035 - 0.03072)
+    # a pipeline's 8 microbatches: the last one's backward, 0.12288 / 8 x 2/3
+    assert estimate.reduction_window(_inputs(pp=2, microbatches=8), 0.12288) == pytest.approx(0.01024)
+    # FSDP's all-gathers hide behind every kernel: 3e9 x 7/8 / 25e9 = 0.105 s of gathers and the 0.035 s
+    # reduction (within its 0.08192 s window) make 0.14 s, 0.01712 s more than the kernels
+    gathers = Collective("all_gather", "dp_shard", 8, 5, 3 * 10**9, tuple(range(8)))
+    both = estimate.step_time(_inputs(), [gathers, reduce], HW).breakdown["exposed_comm_s"]
+    assert both == pytest.approx(0.01712)
 
 
 def test_groups_crossing_nodes_share_the_nodes_links():
@@ -99,10 +124,10 @@ def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [], hbm)
     assert t.breakdown["memory_bound_s"] == pytest.approx(0.002)
     assert t.step_time_s == pytest.approx(0.12288 + 0.002)
-    # a data-parallel all-reduce of 0.124 s (7.75e8 bytes x 1 / 6.25e9: one rank per node, a quarter of the
-    # node's 25 GB/s) is longer than the compute (0.12288 s) but hidden behind compute and memory-bound
-    # kernels together (0.12488 s)
-    dp = Collective("all_reduce", "dp_replicate", 2, 5, 775 * 10**6, (0, 4))
+    # FSDP's all-gathers of 0.124 s (1.55e9 bytes x 1/2 / 6.25e9: one rank per node, a quarter of the node's
+    # 25 GB/s) are longer than the compute (0.12288 s) but hidden behind compute and memory-bound kernels
+    # together (0.12488 s)
+    dp = Collective("all_gather", "dp_shard", 2, 5, 155 * 10**7, (0, 4))
     t = estimate.step_time(_inputs(memory_bytes=2e9, local_param_elements=0), [dp], hbm)
     assert t.breakdown["exposed_comm_s"] == 0
     # the pipeline bubble idles both: (compute + memory) x (p - 1) / (m x chunks)

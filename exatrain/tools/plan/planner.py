@@ -235,6 +235,7 @@ def step_inputs(
         attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
         overlap=bool(gpus_per_node),
         stages=stages,
+        accumulation=cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp),
     )
 
 
