@@ -343,6 +343,28 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     assert hw.source == "measured"  # so `exatrain plan --time` says its constants were measured
 
 
+def test_hardware_lines_warn_when_the_nodes_were_not_filled():
+    """The plan reads the inter-node busbw as that of a group of whole nodes (it scales it down for groups
+    with fewer ranks per node), so a sweep run with one rank on each 4-GPU node says so, in a comment that
+    keeps the lines a valid table; with a rank per GPU it does not."""
+    from exatrain.config.load import tomllib
+
+    sweep = [{"bytes": 2**28, "busbw_gbs": 21.25}]
+    thin = [
+        {"host": h, "matmul_tflops": 1.0, "matmul_what": "", "visible_gpus": 4, "ranks_on_node": 1}
+        for h in "ab"
+    ]
+    lines = doctor.hardware_lines(thin, sweep)
+    assert any(
+        line.startswith("# WARNING: fewer ranks than GPUs on a node") and "HINT:" in line for line in lines
+    )
+    assert tomllib.loads("\n".join(lines))["hardware"]["inter_node_busbw_gbs"] == 21.25
+    full = [{**r, "visible_gpus": 1, "ranks_on_node": 4} for r in thin]  # one GPU bound to each rank
+    assert not any("WARNING" in line for line in doctor.hardware_lines(full, sweep))
+    one_node = [{**thin[0]}, {**thin[0]}]  # one node: its busbw is the intra-node one, whatever the ranks
+    assert not any("WARNING" in line for line in doctor.hardware_lines(one_node, sweep))
+
+
 def test_attention_rate_counts_the_full_products_of_forward_and_backward(monkeypatch):
     """12 B H T^2 d FLOPs per causal forward + backward (the step-time model's count: no causal halving):
     with a clock that says 3 timed calls took 2 s, 2^13 / 128 = 64 heads of 128 tokens x 32 give

@@ -261,6 +261,13 @@ def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 
             f"{key} = {big['busbw_gbs']:.4g}  # measured: all_reduce busbw of {big['bytes']} bytes over "
             f"{len(reports)} ranks on {nodes} node(s)"
         )
+        if nodes > 1 and any(r.get("visible_gpus", 0) > r.get("ranks_on_node", 0) for r in reports):
+            # the step-time model reads the inter-node busbw as a group of whole nodes' and gives groups
+            # with fewer ranks per node their share of it (estimate.node_links_share)
+            lines.append(
+                "# WARNING: fewer ranks than GPUs on a node: this busbw is not that of whole nodes, which "
+                "`exatrain plan --time` assumes; HINT: rerun the doctor with one rank per GPU on every node"
+            )
     return lines
 
 
