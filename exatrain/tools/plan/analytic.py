@@ -52,10 +52,11 @@ def _shard(rows: int, cols: int, n: int) -> int:
 
 def rank_shards(m: Model, dims: ParallelDims, chunks: int, pp_rank: int) -> RankShards:
     """The shards of rank 0 of `pp_rank`'s group, as exatrain.tools.plan.layout measures them."""
+    from exatrain.distributed.pipeline import stage_ids
     from exatrain.models.pipeline_split import stage_layer_ranges
 
     n_stages = dims.pp * chunks
-    stages = tuple(pp_rank + k * dims.pp for k in range(chunks))
+    stages = tuple(stage_ids(pp_rank, dims.pp, chunks))
     layers = [len(r) for r in stage_layer_ranges(m.shape.n_layers, n_stages)]  # the trainer's split
     s = dims.dp_shard if dims.fsdp else 1
     elements = tensors = 0

@@ -9,6 +9,7 @@ documented in docs/planning.md; the names below follow it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from exatrain.errors import ConfigError
@@ -149,10 +150,7 @@ def node_links_share(ranks, gpus_per_node: int) -> float:
     same time (data-parallel all-reduces, pipeline sends: all ranks step together), so the node's
     gpus_per_node / k such groups share its NICs; a group of whole nodes (what nccl-tests' busbw across
     nodes measures) has them all. Ranks fill nodes in order, as SLURM's block distribution places them."""
-    per_node: dict[int, int] = {}
-    for r in ranks:
-        per_node[r // gpus_per_node] = per_node.get(r // gpus_per_node, 0) + 1
-    return min(per_node.values()) / gpus_per_node
+    return min(Counter(r // gpus_per_node for r in ranks).values()) / gpus_per_node
 
 
 def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
@@ -174,10 +172,8 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
                 reductions += t
         else:  # tensor parallel (and anything else, and everything on CPU nodes) is in the critical path
             exposed_other += t
-    memory = optimizer = 0.0
-    if hw.hbm_gbs:
-        memory = inputs.memory_bytes / (hw.hbm_gbs * 1e9)
-        optimizer = inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT / (hw.hbm_gbs * 1e9)
+    memory = memory_seconds(inputs.memory_bytes, hw)
+    optimizer = memory_seconds(inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT, hw)
     kernels = compute + memory  # the forward's and backward's kernels, one after the other
     # data-parallel traffic runs beside the kernels: FSDP's prefetched all-gathers beside every forward and
     # backward, the gradients' reduction (DDP's buckets, FSDP's reduce-scatters) only beside the last
@@ -236,22 +232,28 @@ def pipeline_imbalance(inputs: StepInputs, hw) -> float:
 def stage_seconds(load: StageLoad, hw) -> float:
     """One pipeline rank's kernel time per step: its products at their rates, its memory-bound bytes at
     HBM bandwidth (none when the profile has no hbm_gbs, as for the step's memory-bound term)."""
+    return flops_seconds(load.matmul_flops, load.attention_flops, hw) + memory_seconds(load.memory_bytes, hw)
+
+
+def flops_seconds(matmul_flops: float, attention_flops: float, hw) -> float:
+    """FLOPs over the rates that run them: matrix products at `matmul_tflops`, the fused attention kernel at
+    `attention_tflops` (its own measured rate: flash attention runs below the best matrix product, more so
+    at small head dimensions; `matmul_tflops` when not given)."""
     attention_rate = hw.attention_tflops or hw.matmul_tflops
-    seconds = load.matmul_flops / (hw.matmul_tflops * 1e12) + load.attention_flops / (attention_rate * 1e12)
-    if hw.hbm_gbs:
-        seconds += load.memory_bytes / (hw.hbm_gbs * 1e9)
-    return seconds
+    return (matmul_flops / hw.matmul_tflops + attention_flops / attention_rate) / 1e12
+
+
+def memory_seconds(nbytes: float, hw) -> float:
+    """Bytes read and written at `hbm_gbs`; 0 when the profile has none (the plan's note says so)."""
+    return nbytes / (hw.hbm_gbs * 1e9) if hw.hbm_gbs else 0.0
 
 
 def compute_seconds(inputs: StepInputs, hw) -> float:
-    """The FLOPs of one rank's step over the rates that run them: the matrix products at `matmul_tflops`,
-    the fused attention kernel's share at `attention_tflops` (its own measured rate: flash attention runs
-    below the best matrix product, more so at small head dimensions; `matmul_tflops` when not given)."""
-    attention_rate = hw.attention_tflops or hw.matmul_tflops
-    per_token = (
-        inputs.flops_per_token - inputs.attention_flops_per_token
-    ) / hw.matmul_tflops + inputs.attention_flops_per_token / attention_rate
-    return per_token * inputs.tokens_per_step * inputs.recompute_factor / (inputs.world_size * 1e12)
+    """The FLOPs of the average rank's step (recomputation included) over the rates that run them
+    (flops_seconds)."""
+    tokens = inputs.tokens_per_step * inputs.recompute_factor / inputs.world_size
+    attention = inputs.attention_flops_per_token
+    return flops_seconds((inputs.flops_per_token - attention) * tokens, attention * tokens, hw)
 
 
 def recompute_factor(ac: str, every: int) -> float:

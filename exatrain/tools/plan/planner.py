@@ -235,8 +235,13 @@ def step_inputs(
         attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
         overlap=bool(gpus_per_node),
         stages=stages,
-        accumulation=cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp),
+        accumulation=accumulation(cfg, dims),
     )
+
+
+def accumulation(cfg: Config, dims: ParallelDims) -> int:
+    """Micro-batches per step on each data-parallel rank (gradient accumulation)."""
+    return cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp)
 
 
 def norm_kernel(gpus_per_node: int) -> str:
@@ -283,7 +288,7 @@ def rank_work(
         tokens=t.global_batch_size * cfg.data.seq_len // dims.dp,
         blocks=blocks,
         recomputed_blocks=recomputed_blocks(cfg, blocks),
-        forwards=t.global_batch_size // (t.micro_batch_size * dims.dp) * micro,
+        forwards=accumulation(cfg, dims) * micro,
         batch=max(1, t.micro_batch_size // micro),
         embeddings=embeddings,
         head=head,
@@ -364,7 +369,7 @@ def step_shape(cfg: Config, dims: ParallelDims) -> analytic.StepShape:
     p, t = cfg.parallel, cfg.train
     micro = dims.microbatches(p) if dims.pp_enabled else 1
     return analytic.StepShape(
-        accumulation=t.global_batch_size // (t.micro_batch_size * dims.dp),
+        accumulation=accumulation(cfg, dims),
         microbatches=micro,
         batch=t.micro_batch_size // micro,
         chunks=p.pp_stages_per_rank if dims.pp_enabled else 1,

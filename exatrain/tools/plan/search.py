@@ -91,8 +91,9 @@ def candidates(cfg: Config, world_size: int, gpus_per_node: int):
                 for mb in divisors(gb // dp):
                     for ac in AC_MODES:
                         for schedule, chunks in SCHEDULES if pp > 1 else ((p.pp_schedule, 1),):
-                            if pp * chunks > shape.n_layers:  # uneven splits are valid: their
-                                continue  # slowest stage is priced (pipeline_imbalance_s)
+                            # uneven splits are valid: their slowest stage is priced (pipeline_imbalance_s)
+                            if pp * chunks > shape.n_layers:
+                                continue
                             parallel = dataclasses.replace(
                                 p,
                                 dp_replicate=dp // shard,
