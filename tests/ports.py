@@ -5,7 +5,7 @@ binds it, the kernel may give the same port to any other socket, and the two pyt
 gloo connections of their ranks) take ephemeral ports all the time. Instead each xdist worker draws from its
 own block of ports below Linux's ephemeral range (32768-60999, net.ipv4.ip_local_port_range; the kernel
 never assigns these on its own) and clear of the SLURM test cluster's ports (16817-18500) and of the
-rendezvous ports exatrain derives from SLURM job ids (20000-60000): gw0 12000-12499, gw1 12500-12999, ...,
+rendezvous ports exatrain derives from SLURM job ids (20000-32767): gw0 12000-12499, gw1 12500-12999, ...,
 a run without xdist 15500-15999. Within a block the ports are handed out in turn (none twice within 500
 calls), starting at an offset taken from the pid, and one that is in use (another session on the machine)
 is skipped.

@@ -4,6 +4,7 @@ timeout can name the ranks that never came instead of only saying that something
 from __future__ import annotations
 
 import datetime
+import socket
 import time
 
 import torch.distributed as dist
@@ -18,6 +19,10 @@ _HINT = (
     "address resolves to the first node from all nodes and the port is free; raise dist.timeout_s if nodes "
     "start slowly"
 )
+_HOST_HINT = (
+    "another process on this node holds the port (see `ss -ltnp | grep :{port}`): set MASTER_PORT to a free "
+    "port from 1024 to 32767 in the job script, or submit again (exatrain derives the port from the job id)"
+)
 
 
 def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
@@ -28,22 +33,8 @@ def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
     for the others; on a timeout it publishes the missing ranks, and every rank raises an ExatrainError naming
     them.
     """
-    where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
-    try:
-        store = dist.TCPStore(
-            env.main_address,
-            env.main_port,
-            env.world_size,
-            timeout=seconds,
-            is_master=env.global_rank == 0 and not env.launcher_hosts_store,
-            wait_for_workers=False,
-        )
-    except (dist.DistError, RuntimeError) as e:
-        raise ExatrainError(
-            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
-            f"{timeout_s:g} s ({type(e).__name__}: {str(e).splitlines()[0]})",
-            _HINT,
-        ) from None
+    where = f"{env.main_address}:{env.main_port}"
+    store = _open_store(env, timeout_s)
     prefix = f"exatrain/join/{env.job_id or '-'}/{env.restart_count}/"
     store.set(f"{prefix}rank/{env.global_rank}", env.hostname)
     store.add(f"{prefix}count", 1)
@@ -59,6 +50,57 @@ def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
             _HINT,
         )
     return store
+
+
+def _open_store(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
+    """Rank 0 hosts the TCP store (unless the launcher does); the others connect once its port accepts."""
+    where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
+    hosts = env.global_rank == 0 and not env.launcher_hosts_store
+    if not hosts and not _accepts_within(env.main_address, env.main_port, timeout_s):
+        raise ExatrainError(
+            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
+            f"{timeout_s:g} s (nothing accepted a connection there)",
+            _HINT,
+        )
+    try:
+        store = dist.TCPStore(
+            env.main_address,
+            env.main_port,
+            env.world_size,
+            timeout=seconds,
+            is_master=hosts,
+            wait_for_workers=False,
+        )
+    except (dist.DistError, RuntimeError) as e:
+        cause = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        if hosts:
+            raise ExatrainError(
+                f"rank 0/{env.world_size} could not host the rendezvous store at {where} ({cause})",
+                _HOST_HINT.format(port=env.main_port),
+            ) from None
+        raise ExatrainError(
+            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
+            f"{timeout_s:g} s ({cause})",
+            _HINT,
+        ) from None
+    return store
+
+
+def _accepts_within(host: str, port: int, timeout_s: float) -> bool:
+    """Whether host:port accepts a TCP connection within timeout_s, polled with plain sockets.
+
+    A store client does not connect before this says yes: torch's TCPStore client, given a master that never
+    listens, tries once more after its own timeout (about twice timeout_s in all, measured with torch 2.13)
+    and prints a C++ traceback per try, on every waiting rank."""
+    deadline, pause = time.monotonic() + timeout_s, 0.05
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            with socket.create_connection((host, port), timeout=min(left, 5.0)):
+                return True
+        except OSError:  # refused (not listening yet), unreachable, or this try timed out
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+    return False
 
 
 def _wait_for_all(store: dist.Store, prefix: str, world: int, timeout_s: float) -> str:

@@ -117,12 +117,33 @@ def test_join_timeout_names_missing_ranks_on_every_rank():
         assert f"rank {r}/4 could not join" in text and "2 of 4 ranks never checked in: 2-3" in text, text
 
 
-def test_unreachable_master_is_named():
-    port = _free_port()  # nobody listens: rank 1's store client cannot connect
+def test_unreachable_master_is_named(capfd):
+    """Nobody listens: rank 1 waits for the port itself and never starts torch's store client, which would
+    try again after its own timeout and print a C++ traceback per try (torch 2.13)."""
+    port = _free_port()
     with pytest.raises(
-        ExatrainError, match=f"rank 1/2 could not reach the master at 127.0.0.1:{port} within 2 s"
+        ExatrainError,
+        match=f"rank 1/2 could not reach the master at 127.0.0.1:{port} within 2 s \\(nothing accepted",
     ):
         init_distributed(_mpi_env(1, 2, port), "cpu", timeout_s=2)
+    err = capfd.readouterr().err
+    assert "TCPStore.cpp" not in err and "socket.cpp" not in err, err
+
+
+def test_a_taken_port_is_named_by_rank_0_at_once():
+    """Another process holds the port (in CI: an outgoing connection had taken a derived port): rank 0 says
+    it cannot host the store there, with a hint to pick another port, instead of a join timeout."""
+    import socket
+
+    port = _free_port()
+    with socket.socket() as other:
+        other.bind(("", port))
+        other.listen()
+        with pytest.raises(ExatrainError) as e:
+            init_distributed(_mpi_env(0, 2, port), "cpu", timeout_s=60)
+    text = str(e.value)
+    assert f"rank 0/2 could not host the rendezvous store at 127.0.0.1:{port}" in text, text
+    assert "EADDRINUSE" in text and "HINT:" in text and "MASTER_PORT" in text, text
 
 
 class _FakeCuda:

@@ -200,8 +200,10 @@ class SlurmCluster:
         records = []
         for line in proc.stdout.splitlines():
             if line.strip():
-                # values may contain spaces only in a few fields we do not need; keep it simple
-                records.append(dict(kv.split("=", 1) for kv in line.split() if "=" in kv))
+                # a value may hold spaces (a run directory's StdOut, a job name): a field starts only at a
+                # space followed by Key=
+                fields = re.split(r" (?=[A-Za-z][\w/:.-]*=)", line.strip())
+                records.append(dict(kv.split("=", 1) for kv in fields if "=" in kv))
         return records
 
     def state(self, job_id: str | int) -> str:
