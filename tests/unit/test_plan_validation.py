@@ -328,6 +328,25 @@ def test_the_bandwidth_readings_the_page_states():
     assert moves in text, moves
 
 
+def test_the_reading_of_deepspeeds_reduction_after_the_flush(monkeypatch):
+    """The page's reading of DeepSpeed's pipeline engine reducing the gradients after the last backward: the
+    four pipelined rows recomputed with no window for the reduction to hide behind, each at least as slow
+    as in the table."""
+    ids = ("bloom-176b", "lumi-7b", "lumi-33b", "lumi-175b")
+    runs = [r for r in DATA["run"] if r["id"] in ids]
+    table = {r["id"]: _record(r)["error"] for r in runs}
+    monkeypatch.setattr(estimate, "reduction_window", lambda inputs, kernels: 0.0)
+    after = {r["id"]: _record(r)["error"] for r in runs}
+    assert all(after[i] > table[i] for i in ids), (table, after)
+    moves = [round((after[i] - table[i]) * 100, 1) for i in ids]
+    reading = (
+        f"bloom-176b {after[ids[0]] * 100:.1f} %, lumi-7b {after[ids[1]] * 100:.1f} %, lumi-33b "
+        f"{after[ids[2]] * 100:.1f} % and lumi-175b {after[ids[3]] * 100:.1f} % "
+        f"({min(moves)} to {max(moves)} points slower than in the table)"
+    )
+    assert reading in " ".join(PAGE.read_text().split()), reading
+
+
 def test_blooms_recorded_stage_split_gives_the_step_of_exatrains_own():
     """The page says BLOOM's DeepSpeed split (5 blocks on the first and last stage, 6 on the others) gives the
     same predicted step as exatrain's own split (6 on the first ten stages, 5 on the last two): the slowest
