@@ -13,7 +13,7 @@ import pytest
 from exatrain.config import load_config
 from exatrain.models import configured_shape
 from exatrain.slurm.profiles import Hardware
-from exatrain.tools.plan import analytic, make_plan
+from exatrain.tools.plan import analytic, make_plan, planner
 from exatrain.tools.plan.comm import measure_step_comm
 from exatrain.tools.plan.layout import measure_rank
 from exatrain.tools.plan.search import model_of, search
@@ -299,7 +299,6 @@ def test_each_pipeline_rank_carries_its_own_stages():
     head on the last rank, and its memory-bound bytes. Checked against the model's FLOPs per token
     (observe.flops, PaLM's 6 N + 12 L D T), the head's 6 V D by hand, and the average rank's bytes."""
     from exatrain.observe.flops import transformer_flops_per_token
-    from exatrain.tools.plan import planner
 
     vocab = 5000  # a head as large as a few blocks, as real vocabularies make it
     cfg = load_config(
@@ -356,6 +355,21 @@ def test_each_pipeline_rank_carries_its_own_stages():
     assert even.breakdown["pipeline_imbalance_s"] > 0  # the head on the last rank
     assert skewed.breakdown["pipeline_imbalance_s"] > even.breakdown["pipeline_imbalance_s"]
     assert skewed.step_time_s > even.step_time_s
+
+
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_a_layouts_options_select_that_layout(sequence_parallel):
+    """The options a layout prints (`overrides`) give back its memory and step time, with or without
+    sequence parallelism (they used to say sequence_parallel=true for every tensor-parallel layout)."""
+    sp = f"parallel.sequence_parallel={str(sequence_parallel).lower()}"
+    layout = ["parallel.dp_replicate=2", "parallel.tp=2", "train.micro_batch_size=2", sp]
+    cfg = load_config(None, BASE + ["train.global_batch_size=8"] + layout)
+    dims = preflight(cfg, 4)
+    lay = search_evaluate(cfg, dims, VOCAB, planner.shape_params(cfg, VOCAB), None)
+    assert f"--{sp}" in lay.overrides.split(), lay.overrides
+    chosen = load_config(None, BASE + ["train.global_batch_size=8"] + [o[2:] for o in lay.overrides.split()])
+    again = search_evaluate(chosen, preflight(chosen, 4), VOCAB, planner.shape_params(chosen, VOCAB), None)
+    assert (again.memory_bytes, again.step_time_s) == (lay.memory_bytes, lay.step_time_s)
 
 
 def search_evaluate(cfg, dims, vocab, params, stage_layers):

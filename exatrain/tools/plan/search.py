@@ -257,8 +257,8 @@ def _overrides(cfg: Config, dims) -> str:
     keys = [f"--parallel.{k}={v}" for k, v in dims.degrees().items()]
     keys += [f"--train.micro_batch_size={cfg.train.micro_batch_size}"]
     keys += [f"--parallel.activation_checkpoint={p.activation_checkpoint}"]
-    if dims.tp_enabled:
-        keys += ["--parallel.sequence_parallel=true"]
+    if dims.tp_enabled:  # the layout's own choice (the search's layouts shard the sequence, a plan may not)
+        keys += [f"--parallel.sequence_parallel={str(p.sequence_parallel).lower()}"]
     if p.param_dtype != cfg.parallel.param_dtype or dims.fsdp:
         keys += [f"--parallel.param_dtype={p.param_dtype}"]
     if dims.pp_enabled:
