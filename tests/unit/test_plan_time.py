@@ -90,6 +90,9 @@ def test_gradient_reduction_hides_only_behind_the_last_backward():
     gathers = Collective("all_gather", "dp_shard", 8, 5, 3 * 10**9, tuple(range(8)))
     both = estimate.step_time(_inputs(), [gathers, reduce], HW).breakdown["exposed_comm_s"]
     assert both == pytest.approx(0.01712)
+    # a run whose code reduces after the whole backward (Megatron-LM's local DDP): no window, all 0.035 s
+    after = _inputs(reduce_after_backward=True)
+    assert estimate.step_time(after, [reduce], HW).breakdown["exposed_comm_s"] == pytest.approx(0.035)
 
 
 def test_groups_crossing_nodes_share_the_nodes_links():

@@ -59,6 +59,10 @@ class StepInputs:
     # each pipeline rank's own work (planner.stage_loads); empty without pipeline parallel
     stages: tuple[StageLoad, ...] = ()
     accumulation: int = 1  # micro-batches per step (gradient accumulation; each one pipeline flush)
+    # the gradients are reduced after the step's whole backward, beside no kernel: not exatrain's trainer
+    # (it overlaps the last backward), but validation runs whose code did that (Megatron-LM's local DDP,
+    # DeepSpeed's pipeline engine)
+    reduce_after_backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=17, low=0.86, median=1.22, high=1.73)
+PUBLISHED = PublishedRatio(runs=17, low=0.85, median=1.22, high=1.73)
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     # data-parallel traffic runs beside the kernels: FSDP's prefetched all-gathers beside every forward and
     # backward, the gradients' reduction (DDP's buckets, FSDP's reduce-scatters) only beside the last
     # backward of the step; what the kernels cannot hide is exposed
-    exposed_dp = max(0.0, dp_total - kernels, reductions - reduction_window(inputs, kernels))
+    window = 0.0 if inputs.reduce_after_backward else reduction_window(inputs, kernels)
+    exposed_dp = max(0.0, dp_total - kernels, reductions - window)
     bubble = imbalance = 0.0
     if inputs.pp > 1:
         bubble = kernels * (inputs.pp - 1) / (inputs.microbatches * inputs.pp_chunks)

@@ -199,9 +199,11 @@ def evaluate(
     norm: str = "fused",
     attention: str = "fused",
     stage_layers: tuple[int, ...] | None = None,
+    reduce_after_backward: bool = False,
 ) -> Layout:
     """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
-    `norm`, `attention`: which kernels run, planner.memory_traffic; `stage_layers`: planner.stage_loads)."""
+    `norm`, `attention`: which kernels run, planner.memory_traffic; `stage_layers`: planner.stage_loads;
+    `reduce_after_backward`: estimate.StepInputs, for runs whose code reduced gradients that way)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
@@ -217,6 +219,7 @@ def evaluate(
     comm = analytic.collectives(m, dims, step, shards[0])
     local = max(s.param_elements for s in shards)
     inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, norm, attention, stage_layers)
+    inputs = dataclasses.replace(inputs, reduce_after_backward=reduce_after_backward)
     st = estimate.step_time(inputs, comm, hardware)
     return Layout(
         degrees=dims.degrees(),
