@@ -293,6 +293,9 @@ fi
 : > "$STATE/run/netns"
 mkdir -p "$STATE/run/sys"   # where each twin's sysfs is mounted before it moves onto /sys (in its own mount ns)
 twin_link() { # twin_link <ns> <root end> <name in ns> <bridge> <address/prefix>
+  # a root end left by a killed run whose namespace a leftover process still held (deleting it removes both
+  # ends; the names are the testbed's own)
+  ip link del "$2" 2>/dev/null || true
   ip link add "$2" type veth peer name "$3" netns "$1"
   ip link set "$2" master "$4" up
   ip -n "$1" addr add "$5" dev "$3"
