@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from exatrain.env import ClusterEnvironment
 from exatrain.env.affinity import format_ranges
+from exatrain.env.ports import EPHEMERAL_LOW, MIN_PORT
 from exatrain.errors import ExatrainError
 
 _HINT = (
@@ -21,7 +22,8 @@ _HINT = (
 )
 _HOST_HINT = (
     "another process on this node holds the port (see `ss -ltnp | grep :{port}`): set MASTER_PORT to a free "
-    "port from 1024 to 32767 in the job script, or submit again (exatrain derives the port from the job id)"
+    f"port from {MIN_PORT} to {EPHEMERAL_LOW - 1} in the job script, or submit again (exatrain derives the "
+    "port from the job id)"
 )
 
 
@@ -54,36 +56,36 @@ def roll_call(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
 
 def _open_store(env: ClusterEnvironment, timeout_s: float) -> dist.Store:
     """Rank 0 hosts the TCP store (unless the launcher does); the others connect once its port accepts."""
-    where, seconds = f"{env.main_address}:{env.main_port}", datetime.timedelta(seconds=timeout_s)
     hosts = env.global_rank == 0 and not env.launcher_hosts_store
     if not hosts and not _accepts_within(env.main_address, env.main_port, timeout_s):
-        raise ExatrainError(
-            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
-            f"{timeout_s:g} s (nothing accepted a connection there)",
-            _HINT,
-        )
+        raise _unreachable(env, timeout_s, "nothing accepted a connection there")
     try:
-        store = dist.TCPStore(
+        return dist.TCPStore(
             env.main_address,
             env.main_port,
             env.world_size,
-            timeout=seconds,
+            timeout=datetime.timedelta(seconds=timeout_s),
             is_master=hosts,
             wait_for_workers=False,
         )
     except (dist.DistError, RuntimeError) as e:
         cause = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        if hosts:
-            raise ExatrainError(
-                f"rank 0/{env.world_size} could not host the rendezvous store at {where} ({cause})",
-                _HOST_HINT.format(port=env.main_port),
-            ) from None
+        if not hosts:
+            raise _unreachable(env, timeout_s, cause) from None
         raise ExatrainError(
-            f"rank {env.global_rank}/{env.world_size} could not reach the master at {where} within "
-            f"{timeout_s:g} s ({cause})",
-            _HINT,
+            f"rank 0/{env.world_size} could not host the rendezvous store at "
+            f"{env.main_address}:{env.main_port} ({cause})",
+            _HOST_HINT.format(port=env.main_port),
         ) from None
-    return store
+
+
+def _unreachable(env: ClusterEnvironment, timeout_s: float, cause: str) -> ExatrainError:
+    """The error of a rank whose store client found no master."""
+    return ExatrainError(
+        f"rank {env.global_rank}/{env.world_size} could not reach the master at "
+        f"{env.main_address}:{env.main_port} within {timeout_s:g} s ({cause})",
+        _HINT,
+    )
 
 
 def _accepts_within(host: str, port: int, timeout_s: float) -> bool:
