@@ -5,6 +5,7 @@ The measured side is the plan of one layout (meta-device shards, fake-tensor col
 tests/distributed/test_plan_memory.py and test_plan_comm.py check against real gloo ranks.
 """
 
+import dataclasses
 import json
 import math
 
@@ -309,7 +310,7 @@ def test_each_pipeline_rank_carries_its_own_stages():
     dims = preflight(cfg, 4)
     shape = configured_shape(cfg.model)
     matmul = planner.shape_params(cfg, vocab) - (vocab + 64) * shape.dim
-    loads = planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused")
+    loads = planner.stage_loads(cfg, dims, vocab, matmul, planner.Code())
     assert len(loads) == 2
     tokens = 16 * 64 / dims.dp  # through each pipeline rank per step (TP 1)
     flops = [s.matmul_flops + s.attention_flops for s in loads]
@@ -321,7 +322,7 @@ def test_each_pipeline_rank_carries_its_own_stages():
     # the fused attention's 12 D T per block and token, 2 blocks on each rank
     assert loads[0].attention_flops == pytest.approx(2 * 12 * shape.dim * 64 * tokens)
     # the memory-bound bytes: the average rank's (planner.memory_traffic) is their mean
-    average = planner.memory_traffic(cfg, dims, vocab, "fused")
+    average = planner.memory_traffic(cfg, dims, vocab, planner.Code())
     assert sum(s.memory_bytes for s in loads) / 2 == pytest.approx(average)
     assert loads[1].memory_bytes > loads[0].memory_bytes  # the loss over 5000 logits
 
@@ -337,18 +338,18 @@ def test_each_pipeline_rank_carries_its_own_stages():
             "parallel.activation_checkpoint=full",
         ],
     )
-    recomputed = planner.stage_loads(full, preflight(full, 4), vocab, matmul, "fused", "fused")
+    recomputed = planner.stage_loads(full, preflight(full, 4), vocab, matmul, planner.Code())
     block_params = matmul - vocab * shape.dim
     extra = sum(s.matmul_flops + s.attention_flops for s in recomputed) - sum(flops)
     assert extra == pytest.approx(tokens * (2 * block_params + 4 * shape.n_layers * shape.dim * 64))
 
     # a run that split its layers 1 + 3: the last rank carries three blocks' FLOPs and the head's
-    uneven = planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused", stage_layers=(1, 3))
+    uneven = planner.stage_loads(cfg, dims, vocab, matmul, planner.Code(stage_layers=(1, 3)))
     per_block = flops[0] / 2
     head = 6 * vocab * shape.dim * tokens
     assert uneven[1].matmul_flops + uneven[1].attention_flops == pytest.approx(3 * per_block + head)
     with pytest.raises(ValueError, match="stage_layers"):
-        planner.stage_loads(cfg, dims, vocab, matmul, "fused", "fused", stage_layers=(2, 1))
+        planner.stage_loads(cfg, dims, vocab, matmul, planner.Code(stage_layers=(2, 1)))
     params = planner.shape_params(cfg, vocab)
     even = search_evaluate(cfg, dims, vocab, params, None)
     skewed = search_evaluate(cfg, dims, vocab, params, (1, 3))
@@ -376,4 +377,38 @@ def search_evaluate(cfg, dims, vocab, params, stage_layers):
     """search.evaluate on HW, 4 GPUs per node, an 80 GB GPU."""
     from exatrain.tools.plan.search import evaluate
 
-    return evaluate(cfg, dims, vocab, HW, 4, 80.0, params, stage_layers=stage_layers)
+    return evaluate(cfg, dims, vocab, HW, 4, 80.0, params, planner.Code(stage_layers=stage_layers))
+
+
+@pytest.mark.parametrize("name", ["tp_replicas", "ddp", "pp_interleaved_tp"])
+def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
+    """planner.Code.weights_16bit, for validation runs whose code keeps its weights, gradients and residual
+    stream in 16 bits (Megatron-LM's Float16Module): every collective of the step is counted at half the
+    bytes of the same step trained in fp32 (whose counts the tests above compare with measured steps), and
+    the memory-bound kernels no longer cast the weights."""
+    cfg = _cfg(name)
+    dims = preflight(cfg, 4)
+    fp32 = load_config(
+        None,
+        [
+            *BASE,
+            "parallel.dp_replicate=1",
+            "train.micro_batch_size=2",
+            "train.global_batch_size=8",
+            *LAYOUTS[name],
+            "train.precision=fp32",
+        ],
+    )
+    chunks = cfg.parallel.pp_stages_per_rank if dims.pp_enabled else 1
+    wide = model_of(fp32, VOCAB)
+    narrow = dataclasses.replace(model_of(cfg, VOCAB), residual_bytes=2)
+    assert (wide.elem_bytes, narrow.elem_bytes) == (4, 2)
+    shards = analytic.rank_shards(wide, dims, chunks, 0)
+    step = planner.step_shape(cfg, dims)
+    full = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(wide, dims, step, shards)}
+    half = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(narrow, dims, step, shards)}
+    assert full.keys() == half.keys() and full
+    for key, (count, nbytes) in full.items():
+        assert half[key][0] == count and abs(2 * half[key][1] - nbytes) <= 1, (key, full, half)
+    own = planner.memory_traffic(cfg, dims, VOCAB, planner.Code())
+    assert planner.memory_traffic(cfg, dims, VOCAB, planner.Code(weights_16bit=True)) < own

@@ -91,24 +91,19 @@ def predict(run: dict, hw: dict | None = None):
     # a one-GPU machine measured here has no busbw (Hardware's 0.0: unused without collectives)
     hardware = Hardware(**{k: float(hw[k]) for k in HW_KEYS + OPTIONAL_HW_KEYS if k in hw})
     params = total_params(cfg, run["vocab"])
-    # the attention kernel the run's code used (a fact about the run, cited in the data file's [source.*])
-    attention = DATA["source"][run["source"]].get("attention", "fused")
-    # how the run's code split its blocks over the pipeline stages, where it differs from exatrain's split
-    layers = tuple(run["stage_layers"]) if "stage_layers" in run else None
-    # when the run's code reduced the gradients (a fact about the run, cited in the data file's [source.*])
-    after = DATA["source"][run["source"]].get("gradient_reduction") == "after_backward"
-    return evaluate(
-        cfg,
-        dims,
-        run["vocab"],
-        hardware,
-        hw["gpus_per_node"],
-        None,
-        params,
-        "fused",
-        attention,
-        layers,
-        after,
+    return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, run_code(run))
+
+
+def run_code(run: dict) -> planner.Code:
+    """What the run's code did, from the facts its [source.*] cites in the data file: the attention kernel,
+    when the gradients were reduced and the weights' width; and from the run, its stage split where it
+    differs from exatrain's."""
+    source = DATA["source"][run["source"]]
+    return planner.Code(
+        attention=source.get("attention", "fused"),
+        stage_layers=tuple(run["stage_layers"]) if "stage_layers" in run else None,
+        reduce_after_backward=source.get("gradient_reduction") == "after_backward",
+        weights_16bit=source.get("weights") == "16-bit",
     )
 
 

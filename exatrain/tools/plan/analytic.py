@@ -29,6 +29,9 @@ class Model:
     seq_len: int
     elem_bytes: int  # activations (2 = bf16, 4 = fp32)
     param_bytes: int  # FSDP's param_dtype (the all-gathered copies)
+    # the residual stream's, the norms' outputs' and the gradients' elements: 4 under autocast with fp32
+    # weights (exatrain); 2 where a run's code keeps 16-bit weights (planner.Code.weights_16bit)
+    residual_bytes: int = 4
 
 
 def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[tuple[int, int]]:
@@ -149,11 +152,12 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         add("reduce_scatter", "dp_shard", n_units, shards.all_units_bytes)
     if dims.dp_replicate > 1:  # DDP's buckets, or HSDP's all-reduce of the reduced shards (one per unit)
         count = sum(shards.blocks) + 1 if dims.fsdp else 1
-        add("all_reduce", "dp_replicate", count, shards.grad_bytes or shards.param_elements * 4)
+        grads = shards.grad_bytes or shards.param_elements * 4
+        add("all_reduce", "dp_replicate", count, grads * m.residual_bytes // 4)
     if dims.pp > 1:
         # the hidden states between stages are the residual stream: fp32 under bf16 autocast (fp32
         # parameters, fp32 residual adds), FSDP's param_dtype where FSDP casts the parameters
-        hidden = m.param_bytes if dims.fsdp else 4
+        hidden = m.param_bytes if dims.fsdp else m.residual_bytes
         act = btd * hidden / (dims.tp if step.sequence_parallel else 1)
         edges = 2 * step.chunks - 1  # stage 0 sends forward / receives backward once; later chunks both ways
         add("send", "pp", micro * edges, act * micro * edges)
@@ -241,28 +245,30 @@ def _stage_roots(shards: RankShards, units: int, block: int) -> dict[int, int]:
 def _tensor_parallel(
     add, micro: int, btd: int, e: int, m: Model, step: StepShape, shards: RankShards
 ) -> None:
-    """The TP rows of `collectives` (fp32 norm outputs and residual: 4 bytes; linear outputs: e)."""
+    """The TP rows of `collectives` (norm outputs, residual and their gradients: m.residual_bytes, 4 under
+    autocast; linear outputs: e)."""
     blocks = sum(shards.blocks) * micro
     fwd = 2 if step.recompute else 1  # a recomputed forward repeats the forward's collectives
     pos = m.seq_len * m.shape.dim / btd  # the position table's output is T x D, not B x T x D
+    r = m.residual_bytes
     if step.sequence_parallel:
-        add("all_gather", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * 4 * fwd + 2 * e))
-        add("reduce_scatter", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * e * fwd + 2 * 4))
+        add("all_gather", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * r * fwd + 2 * e))
+        add("reduce_scatter", "tp", blocks * 2 * (fwd + 1), btd * blocks * (2 * e * fwd + 2 * r))
         if shards.first:  # the embeddings' partial sums scattered (forward), gathered back (backward)
-            add("reduce_scatter", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
-            add("all_gather", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
+            add("reduce_scatter", "tp", 2 * micro, btd * micro * r * (1 + pos))
+            add("all_gather", "tp", 2 * micro, btd * micro * r * (1 + pos))
         if shards.last:  # the head's input gathered (forward), its gradient scattered (backward)
-            add("all_gather", "tp", micro, btd * micro * 4)
-            add("reduce_scatter", "tp", micro, btd * micro * 4)
-        # the norms' weight gradients are Partial DTensors: reduced once per step (fp32)
+            add("all_gather", "tp", micro, btd * micro * r)
+            add("reduce_scatter", "tp", micro, btd * micro * r)
+        # the norms' weight gradients are Partial DTensors: reduced once per step
         norms = 2 * sum(shards.blocks) + (1 if shards.last else 0)
-        add("all_reduce", "tp", norms, norms * m.shape.dim * 4)
+        add("all_reduce", "tp", norms, norms * m.shape.dim * r)
     else:
         # backward: wq, wk and wv each reduce their input's gradient (no gather joins them), w1 once
-        add("all_reduce", "tp", blocks * (2 * fwd + 4), btd * blocks * (2 * e * fwd + 4 * 4))
+        add("all_reduce", "tp", blocks * (2 * fwd + 4), btd * blocks * (2 * e * fwd + 4 * r))
         if shards.first:
-            add("all_reduce", "tp", 2 * micro, btd * micro * 4 * (1 + pos))
+            add("all_reduce", "tp", 2 * micro, btd * micro * r * (1 + pos))
         if shards.last:
-            add("all_reduce", "tp", micro, btd * micro * 4)
+            add("all_reduce", "tp", micro, btd * micro * r)
     if shards.last and not step.loss_parallel:  # the logits gathered over the vocabulary
         add("all_gather", "tp", micro, step.batch * m.seq_len * m.vocab * e * micro)

@@ -48,6 +48,21 @@ class RankPlan:
 
 
 @dataclass(frozen=True)
+class Code:
+    """What the ranks' code runs where the step-time model has a choice. The default is exatrain's own
+    trainer (with `norm` from norm_kernel); the published runs of docs/plan-validation.md set what their
+    code did (the [source.*] facts of tests/data/plan_validation.toml, each cited there)."""
+
+    norm: str = "fused"  # RMSNorm: torch's fused kernel (GPUs) or its "composite" decomposition (CPUs)
+    attention: str = "fused"  # scaled_dot_product_attention, or "materialised" scores and softmax in memory
+    stage_layers: tuple[int, ...] | None = None  # blocks per pipeline stage, where the code's split differs
+    reduce_after_backward: bool = False  # gradients reduced after the step's whole backward (estimate)
+    # weights, gradients and residual stream in 16 bits under plain data parallelism (Megatron-LM's
+    # Float16Module): no autocast casts, 2-byte gradient and tensor-parallel reductions
+    weights_16bit: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     """The checked layout and its per-rank memory."""
 
@@ -195,7 +210,7 @@ def _predict(
         shape_params(cfg, vocab),
         gpus_per_node,
         max(s.param_elements for s in shards),
-        norm_kernel(gpus_per_node),
+        Code(norm=norm_kernel(gpus_per_node)),
     )
     return estimate.step_time(inputs, collectives, hardware)
 
@@ -207,20 +222,17 @@ def step_inputs(
     params: int,
     gpus_per_node: int,
     local_param_elements: int,
-    norm: str,
-    attention: str = "fused",
-    stage_layers: tuple[int, ...] | None = None,
+    code: Code,
 ) -> estimate.StepInputs:
     """What the step-time model needs of a layout besides its collectives (`gpus_per_node` 0: a CPU node,
-    where communication cannot overlap the kernels; `norm`, `attention`: see memory_traffic;
-    `stage_layers`: see stage_loads)."""
+    where communication cannot overlap the kernels; `code`: what the ranks run, see Code)."""
     shape = configured_shape(cfg.model)
     matmul = params - (vocab + cfg.data.seq_len) * shape.dim  # as the trainer's MFU counts (train/trainer.py)
     p = cfg.parallel
     fused_attention = attention_flops_per_token(shape.n_layers, shape.dim, cfg.data.seq_len)
     stages = ()
     if dims.pp_enabled:
-        stages = stage_loads(cfg, dims, vocab, matmul, norm, attention, stage_layers)
+        stages = stage_loads(cfg, dims, vocab, matmul, code)
     return estimate.StepInputs(
         world_size=dims.world_size,
         gpus_per_node=gpus_per_node or dims.world_size,
@@ -231,11 +243,12 @@ def step_inputs(
         pp_chunks=p.pp_stages_per_rank if dims.pp_enabled else 1,
         microbatches=dims.microbatches(p) if dims.pp_enabled else 1,
         local_param_elements=local_param_elements,
-        memory_bytes=memory_traffic(cfg, dims, vocab, norm, attention),
-        attention_flops_per_token=fused_attention if attention == "fused" else 0.0,
+        memory_bytes=memory_traffic(cfg, dims, vocab, code),
+        attention_flops_per_token=fused_attention if code.attention == "fused" else 0.0,
         overlap=bool(gpus_per_node),
         stages=stages,
         accumulation=accumulation(cfg, dims),
+        reduce_after_backward=code.reduce_after_backward,
     )
 
 
@@ -250,22 +263,21 @@ def norm_kernel(gpus_per_node: int) -> str:
     return "fused" if gpus_per_node else "composite"
 
 
-def traffic_kernels(
-    cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str
-) -> traffic.Kernels:
+def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> traffic.Kernels:
     """The kernels a rank of this layout runs, as the byte count of exatrain.tools.plan.traffic needs them."""
     p = cfg.parallel
+    sixteen = (dims.fsdp and p.param_dtype == "bf16") or code.weights_16bit
     return traffic.Kernels(
         shape=configured_shape(cfg.model),
         vocab=vocab,
         seq_len=cfg.data.seq_len,
         elem_bytes=compute_bytes(cfg),
-        param_bytes=2 if dims.fsdp and p.param_dtype == "bf16" else 4,
+        param_bytes=2 if sixteen else 4,
         tp=dims.tp,
         sequence_parallel=dims.tp_enabled and p.sequence_parallel,
         loss_parallel=dims.tp_enabled and p.loss_parallel,
-        norm=norm,
-        attention=attention,
+        norm=code.norm,
+        attention=code.attention,
         dropout=cfg.model.dropout > 0,
     )
 
@@ -295,12 +307,11 @@ def rank_work(
     )
 
 
-def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, norm: str, attention: str = "fused") -> float:
+def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> float:
     """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic):
     the rank's share of the blocks (n_layers / pp), of the embeddings and the head (1 / pp), over the
-    tokens of its data-parallel shard. `attention`: "fused" is exatrain's own (scaled_dot_product_attention);
-    "materialised" counts softmax over scores kept in memory (validation runs whose code did that)."""
-    kernels = traffic_kernels(cfg, dims, vocab, norm, attention)
+    tokens of its data-parallel shard, for the kernels `code` runs (Code)."""
+    kernels = traffic_kernels(cfg, dims, vocab, code)
     share = 1 / dims.pp
     work = rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
     return traffic.step_bytes(kernels, work)
@@ -311,14 +322,12 @@ def stage_loads(
     dims: ParallelDims,
     vocab: int,
     matmul_params: int,
-    norm: str,
-    attention: str,
-    stage_layers: tuple[int, ...] | None = None,
+    code: Code,
 ) -> tuple[estimate.StageLoad, ...]:
     """Each pipeline rank's own work per step: its stages' blocks (with their recomputation), the
     embeddings on the rank of the first stage, the final norm, head and loss on the rank of the last.
     The slowest rank sets a pipeline's pace, so the step-time model needs them one by one, not the average.
-    `stage_layers`: blocks per stage in stage order (a run whose code split its layers differently);
+    `code.stage_layers`: blocks per stage in stage order (a run whose code split its layers differently);
     default exatrain's own split (models.pipeline_split.stage_layer_ranges)."""
     from exatrain.distributed.pipeline import stage_ids
     from exatrain.models.pipeline_split import stage_layer_ranges
@@ -326,13 +335,13 @@ def stage_loads(
     shape = configured_shape(cfg.model)
     chunks = cfg.parallel.pp_stages_per_rank
     n_stages = dims.pp * chunks
-    layers = stage_layers or tuple(len(r) for r in stage_layer_ranges(shape.n_layers, n_stages))
+    layers = code.stage_layers or tuple(len(r) for r in stage_layer_ranges(shape.n_layers, n_stages))
     if len(layers) != n_stages or sum(layers) != shape.n_layers:
         raise ValueError(f"stage_layers {layers}: need {n_stages} stages holding {shape.n_layers} blocks")
     head_params = vocab * shape.dim  # the output head (matmul_params includes it)
     block_params = (matmul_params - head_params) / shape.n_layers
     attention_per_block = attention_flops_per_token(1, shape.dim, cfg.data.seq_len)  # 12 D T, fwd + bwd
-    kernels = traffic_kernels(cfg, dims, vocab, norm, attention)
+    kernels = traffic_kernels(cfg, dims, vocab, code)
     per_rank_tokens = cfg.train.global_batch_size * cfg.data.seq_len / (dims.dp * dims.tp)
     loads = []
     for r in range(dims.pp):
@@ -344,7 +353,7 @@ def stage_loads(
         runs = 3 * blocks + work.recomputed_blocks  # forward-equivalents of the rank's blocks
         matmul = 2 * runs * block_params + 6 * head * head_params
         attn = runs / 3 * attention_per_block  # the attention term scales as the blocks' FLOPs do
-        if attention != "fused":  # plain batched matrix products: at the matmul rate like the rest
+        if code.attention != "fused":  # plain batched matrix products: at the matmul rate like the rest
             matmul, attn = matmul + attn, 0.0
         loads.append(
             estimate.StageLoad(

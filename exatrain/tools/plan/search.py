@@ -20,6 +20,7 @@ from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.tools.plan import analytic, estimate, memory
 from exatrain.tools.plan.planner import (
+    Code,
     activation_spec,
     analytic_model,
     norm_kernel,
@@ -135,9 +136,8 @@ def search(
         except ConfigError:
             continue
         considered += 1
-        layout = evaluate(
-            cand, dims, vocab, hardware, gpus_per_node, gpu_gb, params, norm_kernel(gpus_per_node)
-        )
+        code = Code(norm=norm_kernel(gpus_per_node))
+        layout = evaluate(cand, dims, vocab, hardware, gpus_per_node, gpu_gb, params, code)
         if memory.over(layout.memory_bytes, gpu_gb):
             dropped += 1
             smallest = layout if smallest is None else min(smallest, layout, key=_footprint)
@@ -196,16 +196,14 @@ def evaluate(
     gpus_per_node: int,
     gpu_gb,
     params: int,
-    norm: str = "fused",
-    attention: str = "fused",
-    stage_layers: tuple[int, ...] | None = None,
-    reduce_after_backward: bool = False,
+    code: Code = Code(),
 ) -> Layout:
     """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
-    `norm`, `attention`: which kernels run, planner.memory_traffic; `stage_layers`: planner.stage_loads;
-    `reduce_after_backward`: estimate.StepInputs, for runs whose code reduced gradients that way)."""
+    `code`: what the ranks run, planner.Code: exatrain's own trainer by default)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
+    if code.weights_16bit:  # the collectives' gradients, residual and norm outputs in 16 bits
+        m = dataclasses.replace(m, residual_bytes=2)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
     spec = activation_spec(cfg, dims, vocab)
     pp_ranks = sorted(
@@ -218,8 +216,7 @@ def evaluate(
     step = step_shape(cfg, dims)
     comm = analytic.collectives(m, dims, step, shards[0])
     local = max(s.param_elements for s in shards)
-    inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, norm, attention, stage_layers)
-    inputs = dataclasses.replace(inputs, reduce_after_backward=reduce_after_backward)
+    inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, code)
     st = estimate.step_time(inputs, comm, hardware)
     return Layout(
         degrees=dims.degrees(),
