@@ -382,10 +382,11 @@ def search_evaluate(cfg, dims, vocab, params, stage_layers):
 
 @pytest.mark.parametrize("name", ["tp_replicas", "ddp", "pp_interleaved_tp"])
 def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
-    """planner.Code.weights_16bit, for validation runs whose code keeps its weights, gradients and residual
-    stream in 16 bits (Megatron-LM's Float16Module): every collective of the step is counted at half the
-    bytes of the same step trained in fp32 (whose counts the tests above compare with measured steps), and
-    the memory-bound kernels no longer cast the weights."""
+    """planner.Code.weights_16bit, for validation runs whose code keeps its weights, activations and
+    gradients in 16 bits (Megatron-LM's Float16Module): every collective of the step is counted at half the
+    bytes of the same step trained in fp32 (whose counts the tests above compare with measured steps), the
+    data-parallel reduction at the fp32 bytes where the gradients are reduced from fp32 copies
+    (Code.fp32_gradients), and the memory-bound kernels no longer cast the weights."""
     cfg = _cfg(name)
     dims = preflight(cfg, 4)
     fp32 = load_config(
@@ -401,7 +402,7 @@ def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
     )
     chunks = cfg.parallel.pp_stages_per_rank if dims.pp_enabled else 1
     wide = model_of(fp32, VOCAB)
-    narrow = dataclasses.replace(model_of(cfg, VOCAB), residual_bytes=2)
+    narrow = dataclasses.replace(model_of(cfg, VOCAB), residual_bytes=2, grad_bytes=2)
     assert (wide.elem_bytes, narrow.elem_bytes) == (4, 2)
     shards = analytic.rank_shards(wide, dims, chunks, 0)
     step = planner.step_shape(cfg, dims)
@@ -410,5 +411,10 @@ def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
     assert full.keys() == half.keys() and full
     for key, (count, nbytes) in full.items():
         assert half[key][0] == count and abs(2 * half[key][1] - nbytes) <= 1, (key, full, half)
+    # gradients reduced from fp32 copies (DeepSpeed's bf16 optimizer): the data-parallel row as in fp32
+    fp32_grads = dataclasses.replace(narrow, grad_bytes=4)
+    mixed = {(c.kind, c.dim): c.bytes for c in analytic.collectives(fp32_grads, dims, step, shards)}
+    for key, nbytes in mixed.items():
+        assert nbytes == (full[key][1] if key[1].startswith("dp") else half[key][1]), key
     own = planner.memory_traffic(cfg, dims, VOCAB, planner.Code())
     assert planner.memory_traffic(cfg, dims, VOCAB, planner.Code(weights_16bit=True)) < own

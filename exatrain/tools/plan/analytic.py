@@ -29,9 +29,11 @@ class Model:
     seq_len: int
     elem_bytes: int  # activations (2 = bf16, 4 = fp32)
     param_bytes: int  # FSDP's param_dtype (the all-gathered copies)
-    # the residual stream's, the norms' outputs' and the gradients' elements: 4 under autocast with fp32
-    # weights (exatrain); 2 where a run's code keeps 16-bit weights (planner.Code.weights_16bit)
+    # the residual stream's and the norms' outputs' elements and their gradients' (tensor-parallel
+    # reductions, pipeline sends): 4 under autocast with fp32 weights (exatrain); 2 where a run's code keeps
+    # 16-bit weights (planner.Code.weights_16bit)
     residual_bytes: int = 4
+    grad_bytes: int = 4  # the data-parallel reduction's gradient elements (planner.Code)
 
 
 def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[tuple[int, int]]:
@@ -153,7 +155,7 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
     if dims.dp_replicate > 1:  # DDP's buckets, or HSDP's all-reduce of the reduced shards (one per unit)
         count = sum(shards.blocks) + 1 if dims.fsdp else 1
         grads = shards.grad_bytes or shards.param_elements * 4
-        add("all_reduce", "dp_replicate", count, grads * m.residual_bytes // 4)
+        add("all_reduce", "dp_replicate", count, grads * m.grad_bytes // 4)
     if dims.pp > 1:
         # the hidden states between stages are the residual stream: fp32 under bf16 autocast (fp32
         # parameters, fp32 residual adds), FSDP's param_dtype where FSDP casts the parameters

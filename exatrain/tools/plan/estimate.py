@@ -77,7 +77,7 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=17, low=0.85, median=1.22, high=1.73)
+PUBLISHED = PublishedRatio(runs=17, low=0.94, median=1.22, high=1.70)
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,11 @@ class Code:
     attention: str = "fused"  # scaled_dot_product_attention, or "materialised" scores and softmax in memory
     stage_layers: tuple[int, ...] | None = None  # blocks per pipeline stage, where the code's split differs
     reduce_after_backward: bool = False  # gradients reduced after the step's whole backward (estimate)
-    # weights, gradients and residual stream in 16 bits under plain data parallelism (Megatron-LM's
-    # Float16Module): no autocast casts, 2-byte gradient and tensor-parallel reductions
+    # weights, activations and gradients in 16 bits under plain data parallelism (Megatron-LM's
+    # Float16Module, DeepSpeed's bf16 engine): no autocast casts, 2-byte tensor-parallel reductions and
+    # pipeline sends, 2-byte gradient reductions unless fp32_gradients
     weights_16bit: bool = False
+    fp32_gradients: bool = False  # the 16-bit gradients reduced from fp32 copies (DeepSpeed's bf16 optimizer)
 
 
 @dataclass(frozen=True)

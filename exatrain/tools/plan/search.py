@@ -202,8 +202,8 @@ def evaluate(
     `code`: what the ranks run, planner.Code: exatrain's own trainer by default)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab)
-    if code.weights_16bit:  # the collectives' gradients, residual and norm outputs in 16 bits
-        m = dataclasses.replace(m, residual_bytes=2)
+    if code.weights_16bit:  # activations and (unless reduced from fp32 copies) gradients in 16 bits
+        m = dataclasses.replace(m, residual_bytes=2, grad_bytes=4 if code.fp32_gradients else 2)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
     spec = activation_spec(cfg, dims, vocab)
     pp_ranks = sorted(
