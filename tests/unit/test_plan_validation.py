@@ -61,6 +61,7 @@ def pipeline_overrides(run: dict) -> list[str]:
         f"train.micro_batch_size={local}",
         f"parallel.pp={pp}",
         f"parallel.pp_schedule={run['pp_schedule']}",
+        f"parallel.pp_stages_per_rank={run.get('pp_stages_per_rank', 1)}",
         f"parallel.pp_microbatches={local // run['micro_batch']}",
     ]
 
@@ -94,16 +95,19 @@ def predict(run: dict, hw: dict | None = None):
 
 
 def run_code(run: dict) -> planner.Code:
-    """What the run's code did, from the facts its [source.*] cites in the data file: the attention kernel,
-    when the gradients were reduced and the weights' width; and from the run, its stage split where it
-    differs from exatrain's."""
+    """What the run's code did, from the facts its [source.*] cites in the data file (the run's own where it
+    sets one: its gradient reduction): the attention kernel, when the gradients were reduced, the weights'
+    and gradients' width, how pipeline sends went; and from the run, its stage split where it differs from
+    exatrain's."""
     source = DATA["source"][run["source"]]
+    reduction = run.get("gradient_reduction", source.get("gradient_reduction"))
     return planner.Code(
         attention=source.get("attention", "fused"),
         stage_layers=tuple(run["stage_layers"]) if "stage_layers" in run else None,
-        reduce_after_backward=source.get("gradient_reduction") == "after_backward",
+        reduce_after_backward=reduction == "after_backward",
         weights_16bit=source.get("weights") == "16-bit",
         fp32_gradients=source.get("gradients") == "fp32",
+        pipeline_scatter_gather=source.get("pipeline_sends") == "scatter_gather",
     )
 
 
@@ -149,7 +153,9 @@ def input_row(run: dict) -> str:
     if run["dp_shard"] > 1:
         layout = f"FSDP {run['dp_shard']}"
     elif run.get("pp", 1) > 1:
-        layout = f"TP {run['tp']}, PP {run['pp']} ({run['pp_schedule']}), DP {run['dp_replicate']}"
+        chunks = run.get("pp_stages_per_rank", 1)
+        schedule = run["pp_schedule"] + (f", {chunks} stages per rank" if chunks > 1 else "")
+        layout = f"TP {run['tp']}, PP {run['pp']} ({schedule}), DP {run['dp_replicate']}"
     else:
         layout = f"TP {run['tp']}, DP {run['dp_replicate']}"
     micro = run["micro_batch"]
@@ -332,7 +338,8 @@ def test_the_bandwidth_readings_the_page_states(records):
     assert reading in text, reading
     table = _median_worst({r["id"]: r["error"] for r in records})
     assert _median_worst(e100) == _median_worst(e50) == table
-    assert f"the median over the 17 runs stays {table[0]} %, the worst {table[1]} %" in text
+    stays = f"the median over the {len(DATA['run'])} runs stays {table[0]} %, the worst {table[1]} %"
+    assert stays in text, stays
     base = _record(next(r for r in DATA["run"] if r["id"] == "bloom-176b"))["error"]
     half = _errors_with("a100-80gb-jz", inter_node_busbw_gbs=25.0)["bloom-176b"]
     moves = f"moves bloom-176b from {round(base * 100):+d} % to {round(half * 100):+d} %"
@@ -347,15 +354,31 @@ def _changed_rows(errors: dict[str, float]) -> str:
     return f"megatron {megatron}; bloom-176b {_signed(errors['bloom-176b'])}; lumi {lumi}"
 
 
+# the pipelined rows of [1]'s Table 1, added on 2026-11-28 with NVIDIA's scripts' micro batches
+PIPELINED_MEGATRON = ("39.1b", "76.1b", "145.6b", "310.1b", "529.6b", "1008b")
+
+
+def _pipelined_megatron(errors: dict[str, float]) -> str:
+    """The pipelined rows of [1] as the page lists them: "megatron-39.1b +5 %, -76.1b -5 %, ..."."""
+    first, *rest = PIPELINED_MEGATRON
+    words = [f"megatron-{first} {_signed(errors[f'megatron-{first}'])}"]
+    return ", ".join(words + [f"-{size} {_signed(errors[f'megatron-{size}'])}" for size in rest])
+
+
 def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch):
-    """The history bullet of 2026-11-28 (the runs' own code settings, then measured constants): the table
-    before (for [1] micro batch 1, gradients reduced after the backward and fp32 weights, for [4] and [5]
-    fp32 weights; data sheets), with the code settings alone, and now, each recomputed. The middle state is
-    also the page's reading of the data sheets (its hardware section)."""
+    """The history bullet of 2026-11-28, over the 17 runs the table then had (the runs' own code settings,
+    then measured constants): the table before (for [1] micro batch 1, gradients reduced after the
+    backward and fp32 weights, for [4] and [5] fp32 weights; data sheets), with the code settings alone, and
+    with the measured constants, each recomputed; then the pipelined rows of [1] added (the table now)."""
     text = " ".join(PAGE.read_text().split())
     now = {r["id"]: r["error"] for r in rows()}
+    added = {f"megatron-{size}" for size in PIPELINED_MEGATRON}
+    seventeen = [r for r in DATA["run"] if r["id"] not in added]
+    assert len(seventeen) == 17
+    monkeypatch.setitem(DATA, "run", seventeen)
+    constants = {r["id"]: r["error"] for r in rows()}
     settings = _errors_with_machines(DATA_SHEETS)
-    runs = [dict(r, micro_batch=1) if r["source"] == "narayanan2021" else r for r in DATA["run"]]
+    runs = [dict(r, micro_batch=1) if r["source"] == "narayanan2021" else r for r in seventeen]
     source = {
         k: {f: v for f, v in s.items() if f not in ("weights", "gradients")}
         for k, s in DATA["source"].items()
@@ -364,10 +387,25 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     monkeypatch.setitem(DATA, "source", source)
     monkeypatch.setitem(DATA, "run", runs)
     before = _errors_with_machines(DATA_SHEETS)
-    for state in (before, settings, now):
+    for state in (before, settings, constants):
         median, worst = _median_worst(state)
         stated = f"{_changed_rows(state)} (median {median} %, worst {worst} %)"
         assert stated in text, stated
+    median, worst = _median_worst(now)
+    stated = f"{_pipelined_megatron(now)} (over the 23 runs median {median} %, worst {worst} %)"
+    assert len(now) == 23 and stated in text, stated
+
+
+def test_the_data_sheet_reading(records):
+    """The page's reading of the data sheets' figures in place of the A100 and H100 measurements (its
+    hardware section), over the table's runs, recomputed."""
+    sheets = _errors_with_machines(DATA_SHEETS)
+    median, worst = _median_worst(sheets)
+    stated = (
+        f"{_changed_rows(sheets)}; {_pipelined_megatron(sheets)} (median over the {len(sheets)} runs "
+        f"{median} %, worst {worst} %)"
+    )
+    assert stated in " ".join(PAGE.read_text().split()), stated
 
 
 def test_the_runs_that_reduce_after_the_backward(monkeypatch):

@@ -34,6 +34,9 @@ class Model:
     # 16-bit weights (planner.Code.weights_16bit)
     residual_bytes: int = 4
     grad_bytes: int = 4  # the data-parallel reduction's gradient elements (planner.Code)
+    # a run's code splits each pipeline send over the tensor-parallel ranks and gathers it on arrival
+    # (Megatron-LM's scatter/gather optimization; planner.Code.pipeline_scatter_gather)
+    pipeline_scatter_gather: bool = False
 
 
 def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[tuple[int, int]]:
@@ -162,6 +165,10 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         hidden = m.param_bytes if dims.fsdp else m.residual_bytes
         act = btd * hidden / (dims.tp if step.sequence_parallel else 1)
         edges = 2 * step.chunks - 1  # stage 0 sends forward / receives backward once; later chunks both ways
+        if m.pipeline_scatter_gather and dims.tp > 1 and not step.sequence_parallel:
+            # each tensor-parallel rank sends its 1/tp of the replicated tensor; the receivers gather it
+            add("all_gather", "tp", micro * edges, act * micro * edges)
+            act /= dims.tp
         add("send", "pp", micro * edges, act * micro * edges)
         add("recv", "pp", micro * edges, act * micro * edges)
     return [

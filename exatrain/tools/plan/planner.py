@@ -62,6 +62,8 @@ class Code:
     # pipeline sends, 2-byte gradient reductions unless fp32_gradients
     weights_16bit: bool = False
     fp32_gradients: bool = False  # the 16-bit gradients reduced from fp32 copies (DeepSpeed's bf16 optimizer)
+    # pipeline sends split over the tensor-parallel ranks, gathered on arrival (Megatron-LM's scatter/gather)
+    pipeline_scatter_gather: bool = False
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,7 @@ def evaluate(
     m = model_of(cfg, vocab)
     if code.weights_16bit:  # activations and (unless reduced from fp32 copies) gradients in 16 bits
         m = dataclasses.replace(m, residual_bytes=2, grad_bytes=4 if code.fp32_gradients else 2)
+    m = dataclasses.replace(m, pipeline_scatter_gather=code.pipeline_scatter_gather)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
     spec = activation_spec(cfg, dims, vocab)
     pp_ranks = sorted(
