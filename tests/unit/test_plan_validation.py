@@ -228,6 +228,28 @@ def test_error_does_not_grow_beyond_the_documented_figures(records):
     assert worst <= _documented("worst absolute error") + 0.005, worst
 
 
+def test_the_result_paragraph_states_the_tables_groups(records):
+    """The figures of the page's first paragraph: how many predictions are too fast and which are slow, the
+    worst error of [1]'s ten rows and of its six pipelined ones, median and worst of sources [1] to [3]."""
+    text = " ".join(PAGE.read_text().split())
+    slow = [r for r in records if r["error"] >= 0]
+    assert f"{len(records) - len(slow)} of the {len(records)} predictions are too fast" in text
+    ids = " and ".join(r["id"] for r in slow)
+    slow_by = " and ".join(f"{round(r['error'] * 100)} %" for r in slow)
+    assert f"{ids} are predicted {slow_by} slow" in text
+    number = {run["id"]: DATA["source"][run["source"]]["number"] for run in DATA["run"]}
+    megatron = [abs(r["error"]) for r in records if number[r["id"]] == 1]
+    piped = [abs(r["error"]) for r in records if r["id"] in {f"megatron-{x}" for x in PIPELINED_MEGATRON}]
+    first = [abs(r["error"]) for r in records if number[r["id"]] <= 3]
+    stated = (
+        "The ten rows of Megatron-LM's Table 1 ([1], 32 to 3072 A100s) are within "
+        f"{round(max(megatron) * 100)} %, its six pipelined rows (512 to 3072 GPUs) within "
+        f"{round(max(piped) * 100)} %; the {len(first)} runs of sources [1] to [3] give "
+        f"{round(statistics.median(first) * 100)} % and {round(max(first) * 100)} %"
+    )
+    assert len(megatron) == 10 and len(piped) == 6 and stated in text, stated
+
+
 def test_the_ratio_the_plan_prints_is_this_tables(records):
     """estimate.PUBLISHED, which `--time` prints beside the prediction and `--target-tokens` applies to the
     wall time and the units, is this table's measured / predicted step time: its count, lowest, median and
