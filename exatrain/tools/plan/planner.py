@@ -369,11 +369,21 @@ def stage_loads(
     return tuple(loads)
 
 
-def analytic_model(cfg: Config, vocab: int) -> analytic.Model:
-    """The closed-form model of `cfg` (activations' and FSDP's gathered parameters' element sizes)."""
+def analytic_model(cfg: Config, vocab: int, code: Code = Code()) -> analytic.Model:
+    """The closed-form model of `cfg` (activations' and FSDP's gathered parameters' element sizes), with the
+    element sizes and pipeline sends of what `code` runs (16-bit weights: 16-bit activations, and gradients
+    unless reduced from fp32 copies)."""
     bf16 = cfg.parallel.param_dtype == "bf16"
+    sixteen = code.weights_16bit
     return analytic.Model(
-        configured_shape(cfg.model), vocab, cfg.data.seq_len, compute_bytes(cfg), 2 if bf16 else 4
+        configured_shape(cfg.model),
+        vocab,
+        cfg.data.seq_len,
+        compute_bytes(cfg),
+        2 if bf16 else 4,
+        residual_bytes=2 if sixteen else 4,
+        grad_bytes=2 if sixteen and not code.fp32_gradients else 4,
+        pipeline_scatter_gather=code.pipeline_scatter_gather,
     )
 
 

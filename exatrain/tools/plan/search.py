@@ -183,9 +183,9 @@ def total_params(cfg: Config, vocab: int) -> int:
     return sum(r * c for r, c in analytic._tensors(m, 1, True, True, m.shape.n_layers))
 
 
-def model_of(cfg: Config, vocab: int) -> analytic.Model:
-    """The analytic model of `cfg` (planner.analytic_model)."""
-    return analytic_model(cfg, vocab)
+def model_of(cfg: Config, vocab: int, code: Code = Code()) -> analytic.Model:
+    """The analytic model of `cfg` and `code` (planner.analytic_model)."""
+    return analytic_model(cfg, vocab, code)
 
 
 def evaluate(
@@ -201,10 +201,7 @@ def evaluate(
     """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
     `code`: what the ranks run, planner.Code: exatrain's own trainer by default)."""
     p, t = cfg.parallel, cfg.train
-    m = model_of(cfg, vocab)
-    if code.weights_16bit:  # activations and (unless reduced from fp32 copies) gradients in 16 bits
-        m = dataclasses.replace(m, residual_bytes=2, grad_bytes=4 if code.fp32_gradients else 2)
-    m = dataclasses.replace(m, pipeline_scatter_gather=code.pipeline_scatter_gather)
+    m = model_of(cfg, vocab, code)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
     spec = activation_spec(cfg, dims, vocab)
     pp_ranks = sorted(
