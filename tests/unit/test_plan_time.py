@@ -475,3 +475,42 @@ def test_a_layout_that_does_not_fit_gets_a_hint_and_no_sentence_for_an_applicati
     assert r.returncode == 0, r.stderr
     assert "verdict: fits" in r.stdout and "HINT:" not in r.stdout
     assert "for a resource application: Training a " in r.stdout
+
+
+def test_a_layout_sharding_its_parameters_over_nodes_is_said_unvalidated(exatrain_cli):
+    """--time and --search say when FSDP's group spans nodes (LUMI-G: 8 GPUs per node) that the model hides
+    its gathers there without validation, with the ratio of the published ZeRO-3 runs read
+    (estimate.SHARDED_ACROSS_NODES); FSDP within a node (HSDP 2 x 8) and FSDP on one node say nothing."""
+    args = [
+        "plan",
+        "--model.size=tiny",
+        "--data.seq_len=64",
+        "--train.micro_batch_size=2",
+        "--site",
+        "lumi-g",
+    ]
+    r = exatrain_cli(
+        *args, "--world-size", "16", "--train.global_batch_size=32", "--parallel.dp_shard=16", "--time"
+    )
+    assert r.returncode == 0, r.stderr
+    low, high = estimate.SHARDED_ACROSS_NODES.low, estimate.SHARDED_ACROSS_NODES.high
+    assert "parameters sharded over 2 nodes" in r.stdout and f"took {low:.2f} to {high:.2f} x" in r.stdout
+    for world, layout in (("16", "--parallel.dp_replicate=2"), ("8", "--parallel.dp_replicate=1")):
+        r = exatrain_cli(
+            *args,
+            "--world-size",
+            world,
+            "--train.global_batch_size=32",
+            layout,
+            "--parallel.dp_shard=8",
+            "--time",
+        )
+        assert r.returncode == 0 and "sharded over" not in r.stdout, (layout, r.stderr)
+    r = exatrain_cli(
+        *args, "--world-size", "16", "--train.global_batch_size=32", "--search", "--json", "--top", "50"
+    )
+    assert r.returncode == 0, r.stderr
+    layouts = json.loads(r.stdout)["layouts"]
+    across = [lay for lay in layouts if lay["degrees"]["dp_shard"] * lay["degrees"]["tp"] > 8]
+    assert across and all("parameters sharded over 2 nodes" in lay["why"] for lay in across)
+    assert all("sharded over" not in lay["why"] for lay in layouts if lay not in across)

@@ -445,6 +445,23 @@ def test_the_zero3_rows_left_out_would_be_predicted_far_too_fast():
     assert f"it predicts {least} % to {most} % too fast" in planning
 
 
+def test_the_ratio_the_plan_prints_for_sharding_over_nodes_is_the_zero3_reading():
+    """estimate.SHARDED_ACROSS_NODES, which --time and --search print for a layout whose parameters are
+    sharded over several nodes (estimate.sharding_note), is the ZeRO-3 reading's measured / predicted step:
+    its count, lowest, median and highest to two decimals, and the nodes those runs sharded over."""
+    reading = DATA["zero3_reading"]
+    ratios = [(r := _record(run))["measured_s"] / r["predicted_s"] for run in reading]
+    s = estimate.SHARDED_ACROSS_NODES
+    assert (s.runs, s.low, s.median, s.high) == (
+        len(ratios),
+        *(round(x, 2) for x in (min(ratios), statistics.median(ratios), max(ratios))),
+    )
+    nodes = [run["gpus"] // DATA["hardware"][run["hardware"]]["gpus_per_node"] for run in reading]
+    assert f"({min(nodes)} to {max(nodes)} nodes)" in estimate.sharding_note(range(16), 8)
+    planning = " ".join((ROOT / "docs/planning.md").read_text().split())
+    assert f"took {s.low:.2f} to {s.high:.2f} x the model's step" in planning
+
+
 def test_the_runs_that_reduce_after_the_backward(monkeypatch):
     """The runs whose code reduces the gradients after the whole backward (DeepSpeed's pipeline engine) are
     marked in the data file; without that fact each would be predicted faster, by what the page states."""

@@ -122,6 +122,11 @@ def _group(dims: ParallelDims, name: str) -> tuple[int, ...]:
     return tuple(range(0, stride[name] * getattr(dims, name), stride[name]))
 
 
+def shard_group(dims: ParallelDims) -> tuple[int, ...]:
+    """The ranks of rank 0's FSDP group (its dp_shard dimension)."""
+    return _group(dims, "dp_shard")
+
+
 def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShards) -> list[Collective]:
     """Rank 0's collectives of one step in closed form (bytes = nccl-tests' S, as comm.py records them).
 

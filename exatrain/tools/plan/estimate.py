@@ -78,6 +78,24 @@ class PublishedRatio:
 
 
 PUBLISHED = PublishedRatio(runs=23, low=0.94, median=1.18, high=1.70)
+# the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
+# nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
+SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.69, median=2.68, high=5.53)
+
+
+def sharding_note(shard_ranks, gpus_per_node: int) -> str | None:
+    """A warning for a layout whose parameters are sharded over several nodes (`shard_ranks`: rank 0's FSDP
+    group): the model takes the gathers as hidden behind the compute, which no published run at that scale
+    bears out, so a search must not be trusted to rank such layouts by their predicted step."""
+    nodes = len({r // gpus_per_node for r in shard_ranks}) if gpus_per_node else 1
+    if nodes < 2:
+        return None
+    r = SHARDED_ACROSS_NODES
+    return (
+        f"parameters sharded over {nodes} nodes: the model hides FSDP's gathers behind the compute, which is "
+        f"not validated across nodes; the {r.runs} published ZeRO-3 runs read (48 to 280 nodes) took "
+        f"{r.low:.2f} to {r.high:.2f} x the model's step (docs/plan-validation.md, 'Runs left out')"
+    )
 
 
 @dataclass(frozen=True)

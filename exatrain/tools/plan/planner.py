@@ -160,6 +160,8 @@ def make_plan(
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
         notes.append(estimate.constants_note(hardware.source))
+        sharded = estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
+        notes += [sharded] if sharded else []
     return Plan(
         world_size=world_size,
         layout=dims.describe(),

@@ -230,23 +230,30 @@ def evaluate(
         tflops_per_gpu=st.tflops_per_gpu,
         mfu=st.mfu,
         breakdown=st.breakdown,
-        why=_why(peak, st),
+        why=_why(peak, st, dims, gpus_per_node),
         overrides=_overrides(cfg, dims),
     )
 
 
-def _why(peak, st: estimate.StepTime) -> str:
-    """Memory, and where the step's time goes."""
+def _why(peak, st: estimate.StepTime, dims, gpus_per_node: int) -> str:
+    """Memory, where the step's time goes, and a warning where the prediction is not validated."""
     total = st.step_time_s
     b = st.breakdown
     worst = max(st.comm_s.items(), key=lambda kv: kv[1], default=None)
     comm = f" (largest: {worst[0]})" if worst and b["exposed_comm_s"] > 0 else ""
-    return (
+    why = (
         f"memory {peak.total / memory.GIB:.1f} GiB, {peak.verdict}; compute {b['compute_s'] / total:.0%}, "
         f"memory-bound kernels {b['memory_bound_s'] / total:.0%}, "
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
         f"stage imbalance {b['pipeline_imbalance_s'] / total:.0%}, optimizer {b['optimizer_s'] / total:.0%}"
     )
+    sharded = _sharding(dims, gpus_per_node)
+    return f"{why}; {sharded}" if sharded else why
+
+
+def _sharding(dims, gpus_per_node: int) -> str | None:
+    """estimate.sharding_note for a layout with FSDP."""
+    return estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
 
 
 def _overrides(cfg: Config, dims) -> str:
