@@ -49,8 +49,8 @@ class RankPlan:
 
 @dataclass(frozen=True)
 class Code:
-    """What the ranks' code runs where the step-time model has a choice. The default is exatrain's own
-    trainer (with `norm` from norm_kernel); the published runs of docs/plan-validation.md set what their
+    """What the ranks' code runs where the step-time model has a choice. exatrain's own trainer is
+    own_code(gpus_per_node); the published runs of docs/plan-validation.md set what their
     code did (the [source.*] facts of tests/data/plan_validation.toml, each cited there)."""
 
     norm: str = "fused"  # RMSNorm: torch's fused kernel (GPUs) or its "composite" decomposition (CPUs)
@@ -160,7 +160,7 @@ def make_plan(
         predicted = _predict(cfg, dims, world_size, vocab, shards, collectives, hardware, gpus_per_node)
         notes.append(_time_note(gpus_per_node))
         notes.append(estimate.constants_note(hardware.source))
-        sharded = estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
+        sharded = sharding_note(dims, gpus_per_node)
         notes += [sharded] if sharded else []
     return Plan(
         world_size=world_size,
@@ -216,7 +216,7 @@ def _predict(
         shape_params(cfg, vocab),
         gpus_per_node,
         max(s.param_elements for s in shards),
-        Code(norm=norm_kernel(gpus_per_node)),
+        own_code(gpus_per_node),
     )
     return estimate.step_time(inputs, collectives, hardware)
 
@@ -263,10 +263,15 @@ def accumulation(cfg: Config, dims: ParallelDims) -> int:
     return cfg.train.global_batch_size // (cfg.train.micro_batch_size * dims.dp)
 
 
-def norm_kernel(gpus_per_node: int) -> str:
-    """Which RMSNorm kernels run: torch's fused one on GPUs, its decomposition on CPU nodes (a profile
-    with gpus_per_node = 0)."""
-    return "fused" if gpus_per_node else "composite"
+def own_code(gpus_per_node: int) -> Code:
+    """What exatrain's own trainer runs: RMSNorm as torch's fused kernel on GPUs, its decomposition on CPU
+    nodes (a profile with gpus_per_node = 0)."""
+    return Code(norm="fused" if gpus_per_node else "composite")
+
+
+def sharding_note(dims: ParallelDims, gpus_per_node: int) -> str | None:
+    """estimate.sharding_note for a layout whose FSDP group may span nodes; none without FSDP."""
+    return estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
 
 
 def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> traffic.Kernels:

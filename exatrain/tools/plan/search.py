@@ -23,8 +23,9 @@ from exatrain.tools.plan.planner import (
     Code,
     activation_spec,
     analytic_model,
-    norm_kernel,
+    own_code,
     rank_plan,
+    sharding_note,
     step_inputs,
     step_shape,
 )
@@ -130,13 +131,13 @@ def search(
     ranked: list[Layout] = []
     smallest: Layout | None = None  # the dropped layout with the least memory, for the error below
     params = total_params(cfg, vocab)
+    code = own_code(gpus_per_node)
     for cand in candidates(cfg, world_size, per_node):
         try:
             dims = preflight(cand, world_size)
         except ConfigError:
             continue
         considered += 1
-        code = Code(norm=norm_kernel(gpus_per_node))
         layout = evaluate(cand, dims, vocab, hardware, gpus_per_node, gpu_gb, params, code)
         if memory.over(layout.memory_bytes, gpu_gb):
             dropped += 1
@@ -247,13 +248,8 @@ def _why(peak, st: estimate.StepTime, dims, gpus_per_node: int) -> str:
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
         f"stage imbalance {b['pipeline_imbalance_s'] / total:.0%}, optimizer {b['optimizer_s'] / total:.0%}"
     )
-    sharded = _sharding(dims, gpus_per_node)
+    sharded = sharding_note(dims, gpus_per_node)
     return f"{why}; {sharded}" if sharded else why
-
-
-def _sharding(dims, gpus_per_node: int) -> str | None:
-    """estimate.sharding_note for a layout with FSDP."""
-    return estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
 
 
 def _overrides(cfg: Config, dims) -> str:
