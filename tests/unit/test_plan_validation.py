@@ -43,6 +43,8 @@ def measured_step_s(run: dict) -> float:
     tokens = run["global_batch"] * run["seq_len"]
     if measure == "tokens_per_s":
         return tokens / run["measured"]
+    if measure == "step_s":
+        return run["measured"]
     assert measure == "megatron_tflops"
     b, s, h, layers, v = run["global_batch"], run["seq_len"], run["dim"], run["n_layers"], run["vocab"]
     flops = 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
@@ -172,12 +174,12 @@ def records():
 
 
 def test_table_has_the_runs_and_publications_the_page_states():
-    """At least 8 runs from at least 3 publications (the issue's ask): 5 measured tables from 4
+    """At least 8 runs from at least 3 publications (the issue's ask): 6 measured tables from 5
     publications, one of them on AMD MI250X."""
     assert len(DATA["run"]) >= 8
     used = {r["source"] for r in DATA["run"]}
-    assert used <= set(DATA["source"]) and len(used) == 5
-    assert len({DATA["source"][s]["url"] for s in used}) == 4
+    assert used <= set(DATA["source"]) and len(used) == 6
+    assert len({DATA["source"][s]["url"] for s in used}) == 5
     assert any(r["hardware"] == "mi250x-gcd" for r in DATA["run"])
 
 
@@ -230,24 +232,27 @@ def test_error_does_not_grow_beyond_the_documented_figures(records):
 
 def test_the_result_paragraph_states_the_tables_groups(records):
     """The figures of the page's first paragraph: how many predictions are too fast and which are slow, the
-    worst error of [1]'s ten rows and of its six pipelined ones, median and worst of sources [1] to [3]."""
+    worst error of [1]'s ten rows, of its six pipelined ones and of [6]'s four, median and worst of sources
+    [1] to [3]."""
     text = " ".join(PAGE.read_text().split())
     slow = [r for r in records if r["error"] >= 0]
     assert f"{len(records) - len(slow)} of the {len(records)} predictions are too fast" in text
-    ids = " and ".join(r["id"] for r in slow)
-    slow_by = " and ".join(f"{round(r['error'] * 100)} %" for r in slow)
-    assert f"{ids} are predicted {slow_by} slow" in text
+    ids = _and_list([r["id"] for r in slow])
+    slow_by = _and_list([f"{round(r['error'] * 100)} %" for r in slow])
+    assert f"{ids} are predicted {slow_by} slow" in text, f"{ids} are predicted {slow_by} slow"
     number = {run["id"]: DATA["source"][run["source"]]["number"] for run in DATA["run"]}
     megatron = [abs(r["error"]) for r in records if number[r["id"]] == 1]
     piped = [abs(r["error"]) for r in records if r["id"] in {f"megatron-{x}" for x in PIPELINED_MEGATRON}]
     first = [abs(r["error"]) for r in records if number[r["id"]] <= 3]
+    later = [abs(r["error"]) for r in records if number[r["id"]] == 6]
     stated = (
         "The ten rows of Megatron-LM's Table 1 ([1], 32 to 3072 A100s) are within "
         f"{round(max(megatron) * 100)} %, its six pipelined rows (512 to 3072 GPUs) within "
-        f"{round(max(piped) * 100)} %; the {len(first)} runs of sources [1] to [3] give "
+        f"{round(max(piped) * 100)} %, the four Full Recompute rows of [6] (8 to 512 A100s) within "
+        f"{round(max(later) * 100)} %; the {len(first)} runs of sources [1] to [3] give "
         f"{round(statistics.median(first) * 100)} % and {round(max(first) * 100)} %"
     )
-    assert len(megatron) == 10 and len(piped) == 6 and stated in text, stated
+    assert len(megatron) == 10 and len(piped) == 6 and len(later) == 4 and stated in text, stated
 
 
 def test_the_ratio_the_plan_prints_is_this_tables(records):
@@ -287,10 +292,14 @@ def test_the_runs_measured_here_are_printed_and_within_their_documented_error():
     assert all(abs(r["error"]) <= int(m.group(1)) / 100 + 0.005 for r in recs), recs
 
 
+def _and_list(words: list[str]) -> str:
+    """Words as the page lists them: "a", "a and b", "a, b and c"."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def _percent_list(errors: list[float]) -> str:
     """Signed whole percents as the page writes a list of them: "-21 %, -25 %, -35 % and -22 %"."""
-    words = [f"{round(e * 100):d} %" for e in errors]
-    return ", ".join(words[:-1]) + " and " + words[-1]
+    return _and_list([f"{round(e * 100):d} %" for e in errors])
 
 
 def test_the_h100_doctor_reading_of_the_mpt_rows():
@@ -387,14 +396,30 @@ def _pipelined_megatron(errors: dict[str, float]) -> str:
     return ", ".join(words + [f"-{size} {_signed(errors[f'megatron-{size}'])}" for size in rest])
 
 
+# the rows of [6] (Korthikanti et al. 2022), added on 2026-11-28 after the pipelined rows of [1]
+KORTHIKANTI = ("22b", "175b", "530b", "1t")
+
+
+def _deepspeed_fp32_reduction() -> dict:
+    """The sources as the page had them before 2026-11-28's correction: [4] and [5] with their gradients
+    all-reduced in fp32 (DeepSpeed's engine casts them to bf16 on the wire: the data file)."""
+    return {
+        k: dict(v, gradients="fp32") if k in ("bloom", "lumi-scaling") else v
+        for k, v in DATA["source"].items()
+    }
+
+
 def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch):
     """The history bullet of 2026-11-28, over the 17 runs the table then had (the runs' own code settings,
     then measured constants): the table before (for [1] micro batch 1, gradients reduced after the
     backward and fp32 weights, for [4] and [5] fp32 weights; data sheets), with the code settings alone, and
-    with the measured constants, each recomputed; then the pipelined rows of [1] added (the table now)."""
+    with the measured constants, each recomputed; then the pipelined rows of [1] added (23 runs). [4] and
+    [5] as the page then took them: gradients all-reduced in fp32 (corrected in the next bullet)."""
     text = " ".join(PAGE.read_text().split())
+    added = {f"megatron-{size}" for size in PIPELINED_MEGATRON} | {f"korthikanti-{s}" for s in KORTHIKANTI}
+    monkeypatch.setitem(DATA, "source", _deepspeed_fp32_reduction())
+    monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
     now = {r["id"]: r["error"] for r in rows()}
-    added = {f"megatron-{size}" for size in PIPELINED_MEGATRON}
     seventeen = [r for r in DATA["run"] if r["id"] not in added]
     assert len(seventeen) == 17
     monkeypatch.setitem(DATA, "run", seventeen)
@@ -418,14 +443,39 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     assert len(now) == 23 and stated in text, stated
 
 
+def _korthikanti(errors: dict[str, float]) -> str:
+    """The rows of [6] as the page lists them: "korthikanti-22b +10 %, -175b +1 %, ..."."""
+    first, *rest = KORTHIKANTI
+    words = [f"korthikanti-{first} {_signed(errors[f'korthikanti-{first}'])}"]
+    return ", ".join(words + [f"-{size} {_signed(errors[f'korthikanti-{size}'])}" for size in rest])
+
+
+def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch, records):
+    """The last history bullet: [4] and [5] with their gradients all-reduced in bf16 (the 23 runs of the
+    bullet before), then the four rows of [6] added (the table now); each recomputed."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
+    corrected = {r["id"]: r["error"] for r in rows()}
+    lumi = ", ".join(_signed(corrected[f"lumi-{size}"]) for size in ("7b", "33b", "175b"))
+    median, worst = _median_worst(corrected)
+    stated = (
+        f"bloom-176b {_signed(corrected['bloom-176b'])}; lumi {lumi} (median {median} %, worst {worst} %)"
+    )
+    assert len(corrected) == 23 and stated in text, stated
+    median, worst = _median_worst(now)
+    stated = f"{_korthikanti(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+
+
 def test_the_data_sheet_reading(records):
     """The page's reading of the data sheets' figures in place of the A100 and H100 measurements (its
     hardware section), over the table's runs, recomputed."""
     sheets = _errors_with_machines(DATA_SHEETS)
     median, worst = _median_worst(sheets)
     stated = (
-        f"{_changed_rows(sheets)}; {_pipelined_megatron(sheets)} (median over the {len(sheets)} runs "
-        f"{median} %, worst {worst} %)"
+        f"{_changed_rows(sheets)}; {_pipelined_megatron(sheets)}; {_korthikanti(sheets)} (median over the "
+        f"{len(sheets)} runs {median} %, worst {worst} %)"
     )
     assert stated in " ".join(PAGE.read_text().split()), stated
 

@@ -61,7 +61,9 @@ class Code:
     # Float16Module, DeepSpeed's bf16 engine): no autocast casts, 2-byte tensor-parallel reductions and
     # pipeline sends, 2-byte gradient reductions unless fp32_gradients
     weights_16bit: bool = False
-    fp32_gradients: bool = False  # the 16-bit gradients reduced from fp32 copies (DeepSpeed's bf16 optimizer)
+    # the gradients all-reduced in fp32 (DeepSpeed's bf16 engine with communication_data_type fp32; by
+    # default it casts its fp32 copies to bf16 for the all-reduce)
+    fp32_gradients: bool = False
     # pipeline sends split over the tensor-parallel ranks, gathered on arrival (Megatron-LM's scatter/gather)
     pipeline_scatter_gather: bool = False
 
