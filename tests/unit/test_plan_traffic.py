@@ -8,8 +8,9 @@ kernel are compute (their FLOPs are the compute term); a gather (embedding, nll_
 picks; nll_loss's backward uses its input only for the shape. The closed form leaves out terms that scale
 with the width alone (the norms' weights, read once per micro-batch): it agrees within 0.04 % on every case
 here; the tolerance is 1 % at B x T = 256 tokens. What the CPU cannot check: the GPU's fused RMSNorm
-kernel (counted from its arguments, not observed), the bf16 residual of FSDP's bf16 parameters (CPU
-autocast does not run RMSNorm in fp32) and the split under tensor and sequence parallelism.
+kernel (counted from its arguments, not observed; a 16-bit module's count leaves the norms out of both
+sides), the bf16 residual of FSDP's bf16 parameters (CPU autocast does not run RMSNorm in fp32) and the
+split under tensor and sequence parallelism.
 """
 
 from __future__ import annotations
@@ -157,3 +158,71 @@ def test_gpu_dropout_is_one_kernel_with_a_bool_mask_and_drops_materialised_proba
         without, with_ = traffic.block_bytes(k), traffic.block_bytes(replace(k, dropout=True))
         for part in ("forward", "backward", "recompute"):
             assert with_[part] - without[part] == 5 * elements, (attention, part)
+
+
+class _OutsideNorms(MemoryBytes):
+    """MemoryBytes paused while an RMSNorm runs its own forward or backward kernels (module hooks)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.counting = True
+        for norm in (m for m in model.modules() if isinstance(m, torch.nn.RMSNorm)):
+            norm.register_forward_pre_hook(lambda *_: setattr(self, "counting", False))
+            norm.register_forward_hook(lambda *_: setattr(self, "counting", True))
+            norm.register_full_backward_pre_hook(lambda *_: setattr(self, "counting", False))
+            norm.register_full_backward_hook(lambda *_: setattr(self, "counting", True))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.counting:
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize(
+    "checkpointed, dropout",
+    [(False, 0.0), (True, 0.0), (False, 0.1), (True, 0.1)],
+    ids=["plain", "checkpointed", "dropout", "dropout-checkpointed"],
+)
+def test_a_16_bit_module_casts_nothing_but_the_logits(checkpointed, dropout):
+    """A code that runs its whole module in 16 bits without autocast (Kernels.module_16bit: Megatron-LM's
+    Float16Module, DeepSpeed's bf16 engine), as the real model converted to bf16 and run without autocast on
+    the CPU: every memory-bound op outside the norms is counted as the dispatch counter measures it (no
+    activation or weight casts, the gradients summed in 16 bits, the logits alone cast to fp32 for the loss,
+    the 16-bit embeddings). The norms' own kernels are left out of both sides: the counter pauses inside each
+    RMSNorm's forward and backward, and the closed form's norm_bytes are subtracted (2 per block and the
+    final one; checkpointing recomputes the blocks' forwards). Such codes run a fused 16-bit norm kernel
+    (apex's), counted from its arguments, where the CPU runs torch's upcasting decomposition."""
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    torch.manual_seed(0)
+    model = TransformerLM(shape, vocab, seq, dropout).to(torch.bfloat16)
+    for block in model.layers.values():  # as above: the attention's own dropout is not modelled on a CPU
+        block.attention.dropout = 0.0
+    counter = _OutsideNorms(model)
+    if checkpointed:
+        apply_ac(model.layers, "full")
+    x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+    with counter:
+        model(x, y).backward()
+    k = traffic.Kernels(
+        shape,
+        vocab,
+        seq,
+        elem_bytes=2,
+        param_bytes=2,
+        norm="composite",
+        module_16bit=True,
+        dropout=dropout > 0,
+    )
+    norm = traffic.norm_bytes(k)
+    norms = 2 * shape.n_layers + 1
+    recomputed = 2 * shape.n_layers if checkpointed else 0
+    tokens = batch * seq
+    without_norms = traffic.step_bytes(k, _two_blocks(batch, seq, checkpointed))
+    without_norms -= tokens * (norms * (norm["forward"] + norm["backward"]) + recomputed * norm["forward"])
+    assert counter.total > 0
+    assert without_norms == pytest.approx(counter.total, rel=0.01), (without_norms, counter.total)
+    # and the same step under autocast with bf16 parameters moves more: its casts and fp32 norms
+    autocast = replace(k, module_16bit=False)
+    assert traffic.step_bytes(autocast, _two_blocks(batch, seq, checkpointed)) > traffic.step_bytes(
+        k, _two_blocks(batch, seq, checkpointed)
+    )

@@ -77,10 +77,10 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=27, low=0.91, median=1.13, high=1.70)
+PUBLISHED = PublishedRatio(runs=27, low=1.05, median=1.18, high=1.71)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
 # nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
-SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.69, median=2.68, high=5.53)
+SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.72, median=2.72, high=5.63)
 
 
 def sharding_note(shard_ranks, gpus_per_node: int) -> str | None:

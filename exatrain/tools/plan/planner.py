@@ -58,9 +58,12 @@ class Code:
     stage_layers: tuple[int, ...] | None = None  # blocks per pipeline stage, where the code's split differs
     reduce_after_backward: bool = False  # gradients reduced after the step's whole backward (estimate)
     # weights, activations and gradients in 16 bits under plain data parallelism (Megatron-LM's
-    # Float16Module, DeepSpeed's bf16 engine): no autocast casts, 2-byte tensor-parallel reductions and
+    # Float16Module, DeepSpeed's bf16 engine): no weight casts, 2-byte tensor-parallel reductions and
     # pipeline sends, 2-byte gradient reductions unless fp32_gradients
     weights_16bit: bool = False
+    # activations under torch's autocast (exatrain's trainer: fp32 norms, casts around them); False with
+    # weights_16bit: a module run wholly in 16 bits (16-bit fused norms, nothing cast but the logits)
+    autocast: bool = True
     # the gradients all-reduced in fp32 (DeepSpeed's bf16 engine with communication_data_type fp32; by
     # default it casts its fp32 copies to bf16 for the all-reduce)
     fp32_gradients: bool = False
@@ -292,6 +295,7 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         norm=code.norm,
         attention=code.attention,
         dropout=cfg.model.dropout > 0,
+        module_16bit=code.weights_16bit and not code.autocast,
     )
 
 

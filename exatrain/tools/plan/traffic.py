@@ -16,6 +16,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   its backward casts the gradient back: read 2, write 4), and fp32 weights are cast once per forward;
 - the loss casts the logits to fp32, runs log-softmax (read 4, write 4 bytes per logit), and backward
   writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16;
+- a code that runs its whole module in 16 bits without autocast (`module_16bit`: Megatron-LM's
+  Float16Module, DeepSpeed's bf16 engine; published runs only, exatrain's trainer uses autocast) casts
+  nothing but the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and
+  autograd sums 16-bit gradients;
 - with dropout (`model.dropout` > 0) each dropout (the embeddings' sum, the MLP's output) is on a GPU
   torch's fused kernel (native_dropout: read x, write y and a bool mask; backward: read dy and the mask,
   write dx) and on a CPU its decomposition (bernoulli_ writes a mask of x's dtype, div_ scales it in
@@ -51,6 +55,7 @@ class Kernels:
     norm: str = "fused"
     attention: str = "fused"
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
+    module_16bit: bool = False  # the whole module in 16 bits, no autocast (planner.Code.autocast False)
 
     @property
     def residual(self) -> int:
@@ -59,7 +64,14 @@ class Kernels:
 
     @property
     def autocast(self) -> bool:
-        return self.elem_bytes == 2
+        """bf16 autocast around fp32 or bf16 parameters (casts, fp32 norms): 16-bit products, not a 16-bit
+        module."""
+        return self.elem_bytes == 2 and not self.module_16bit
+
+    @property
+    def embedding_bytes(self) -> int:
+        """Bytes per element of the embeddings' tables and outputs: the parameters' under 16-bit products."""
+        return self.param_bytes if self.elem_bytes == 2 else 4
 
     @property
     def gpu(self) -> bool:
@@ -69,6 +81,8 @@ class Kernels:
 
 def _norm_forward(k: Kernels) -> tuple[float, float]:
     """(bytes per token per model-width element, bytes per token) of one RMSNorm's forward."""
+    if k.module_16bit:  # the fused kernel on 16-bit tensors: read x, write y; write 1/rms (fp32)
+        return 2 * k.residual, 4
     cast = 6 if k.residual == 2 else 0  # autocast's fp32 list: a bf16 input is cast up first
     if k.norm == "fused":
         return cast + 8, 4  # read x, write y (fp32); write 1/rms
@@ -78,6 +92,8 @@ def _norm_forward(k: Kernels) -> tuple[float, float]:
 
 def _norm_backward(k: Kernels) -> tuple[float, float]:
     """(bytes per token per width element, bytes per token) of one RMSNorm's backward."""
+    if k.module_16bit:  # read dy and x, write dx; the weight's gradient reads dy and x again; read 1/rms
+        return 5 * k.residual, 4
     cast = 6 if k.residual == 2 else 0
     if k.norm == "fused":
         return cast + 12 + 8, 4  # dx: read dy, x, write dx; weight gradient: read dy, x again; read 1/rms
@@ -85,6 +101,14 @@ def _norm_backward(k: Kernels) -> tuple[float, float]:
     # * rstd (8, r 1), sum (4, w 1), rstd's chain (pow, mul, mul on 1 element: 8 + 8 + 12), / D (8),
     # pow (8), * 2 (8), * (12), + the direct path (12)
     return cast + 12 + 4 + 8 + 12 + 8 + 4 + 8 + 8 + 8 + 12 + 12, 4 + 4 + 8 + 8 + 12
+
+
+def norm_bytes(k: Kernels) -> dict[str, float]:
+    """Bytes per token of one norm's own kernels over the whole width (forward, backward): what a test that
+    cannot observe the GPU's fused norm leaves out of a count."""
+    (f_d, f_1), (b_d, b_1) = _norm_forward(k), _norm_backward(k)
+    d = k.shape.dim
+    return {"forward": f_d * d + f_1, "backward": b_d * d + b_1}
 
 
 def _dropout(k: Kernels, e: int) -> tuple[int, int, int]:
@@ -110,8 +134,9 @@ def block_bytes(k: Kernels) -> dict[str, float]:
     fwd = 2 * (nf_d * d + nf_1) / sp + 2 * add + 2 * e * hidden  # two norms, two adds, GELU
     bwd = 2 * (nb_d * d + nb_1) / sp + 3 * e * hidden  # two norms' backward, GELU's backward
     # autograd sums the gradients of a tensor used twice: the residual x (norm and add), twice per block,
-    # and the attention norm's output (wq, wk, wv: two adds), in fp32 (after the casts' backward)
-    bwd += 2 * 3 * r * d / sp + 2 * 3 * 4 * d
+    # and the attention norm's output (wq, wk, wv: two adds), in fp32 after the casts' backward (16-bit in a
+    # 16-bit module)
+    bwd += 2 * 3 * r * d / sp + 2 * 3 * (r if k.module_16bit else 4) * d
     if k.autocast:
         casts = 4 * 6 * d  # the norm outputs cast for wq, wk, wv and w1 (whole tensors under TP)
         fwd += casts
@@ -142,14 +167,16 @@ def head_bytes(k: Kernels) -> float:
     # reads one logit and one id (8 bytes) per token
     out += (8 + 4 + 12) * v + 4 + 8 + 8
     if k.autocast:
-        out += 2 * 6 * d + 2 * 6 * v  # the norm output's cast and its gradient; the logits' casts
+        out += 2 * 6 * d  # the norm output's cast and its gradient's
+    if k.elem_bytes == 2:
+        out += 2 * 6 * v  # the 16-bit logits cast to fp32 for the loss, their gradient cast back
     return out
 
 
 def embedding_bytes(k: Kernels, batch: int) -> float:
     """Bytes per token of the embeddings (first stage): the gathers, the sum with the position table and
     their backward, except the token table's gradient (`embedding_grad_bytes`, per micro-batch)."""
-    d, p = k.shape.dim, k.param_bytes if k.autocast else 4
+    d, p = k.shape.dim, k.embedding_bytes
     per_sample = 1 / batch  # the position rows are gathered and reduced once per micro-batch
     fwd = 2 * p * d + 8 + 2 * p * d * per_sample + (2 + per_sample) * p * d  # gathers (+ ids), + pos
     # the token table's backward reads dx (+ ids); pos: sum dx over the batch, then its table's backward
@@ -164,8 +191,7 @@ def embedding_bytes(k: Kernels, batch: int) -> float:
 def embedding_grad_bytes(k: Kernels) -> float:
     """Bytes of the token table's gradient per micro-batch: embedding_dense_backward writes the whole
     (vocabulary-sharded under TP) table."""
-    p = k.param_bytes if k.autocast else 4
-    return p * k.vocab / k.tp * k.shape.dim
+    return k.embedding_bytes * k.vocab / k.tp * k.shape.dim
 
 
 def weight_cast_bytes(k: Kernels) -> float:
