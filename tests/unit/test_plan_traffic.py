@@ -226,3 +226,87 @@ def test_a_16_bit_module_casts_nothing_but_the_logits(checkpointed, dropout):
     assert traffic.step_bytes(autocast, _two_blocks(batch, seq, checkpointed)) > traffic.step_bytes(
         k, _two_blocks(batch, seq, checkpointed)
     )
+
+
+def _micro_batch_bytes(model, vocab, batch, seq, micro_batches: int, bf16: bool = False) -> list[int]:
+    """Bytes each of `micro_batches` forward and backward passes moves (MemoryBytes), the gradients
+    accumulating across them as in one step (no optimizer step in between)."""
+    torch.manual_seed(1)
+    x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+    moved = []
+    for _ in range(micro_batches):
+        counter = MemoryBytes()
+        with counter:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(x, y)
+            loss.backward()
+        moved.append(counter.total)
+    return moved
+
+
+def _whole_model(batch: int, seq: int, forwards: int) -> traffic.RankWork:
+    return replace(_two_blocks(batch, seq, False), forwards=forwards)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+def test_each_later_micro_batch_adds_its_gradients_into_the_accumulated_ones(bf16):
+    """Gradient accumulation as exatrain's trainer runs it without FSDP (DDP under no_sync, TP, pipeline
+    microbatches): from the second micro-batch on, autograd adds each fp32 weight gradient into .grad in
+    place, which the counter sees as the later micro-batches moving more than the first; the closed form's
+    increments (accumulation_bytes over 1, 2 and 3 micro-batches) are those differences, and its gradient
+    elements are the model's parameters."""
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    torch.manual_seed(0)
+    model = TransformerLM(shape, vocab, seq, 0.0)
+    first, second, third = _micro_batch_bytes(model, vocab, batch, seq, 3, bf16)
+    k = traffic.Kernels(shape, vocab, seq, elem_bytes=2 if bf16 else 4, norm="composite")
+    acc = [traffic.accumulation_bytes(k, _whole_model(batch, seq, f)) for f in (1, 2, 3)]
+    assert traffic.gradient_elements(k, _whole_model(batch, seq, 1)) == sum(
+        p.numel() for p in model.parameters()
+    )
+    assert acc[0] == 0
+    assert second - first == acc[1] - acc[0] > 0  # the second micro-batch's adds
+    assert third - first == acc[2] - acc[1]  # and the third's, as many
+    # a code that accumulates its own way is not counted
+    assert traffic.accumulation_bytes(replace(k, accumulates=False), _whole_model(batch, seq, 3)) == 0
+
+
+@pytest.mark.parametrize("param_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16-params"])
+def test_fsdp_accumulates_unsharded_gradients_in_fp32(tmp_path, param_dtype):
+    """FSDP2 (fully_shard per block and on the root, fp32 reduce dtype, as exatrain's FSDP) with the
+    gradient sync off for the earlier micro-batches (exatrain's trainer: set_requires_gradient_sync(False))
+    on a one-rank gloo group: with fp32 parameters each later micro-batch adds its gradients in place (12
+    bytes per element); with bf16 parameters the first converts its bf16 gradient into an fp32 accumulator
+    (read 2, write 4) and each later one adds into it (read 4 and 2, write 4). The counter sees the
+    difference of the two (second micro-batch minus the first: 12 or 10 - 6 = 4 bytes per element) and the
+    same bytes for every later micro-batch; the closed form's increments give the same."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = TransformerLM(shape, vocab, seq, 0.0)
+        policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+        for block in model.layers.values():
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        model.set_requires_gradient_sync(False)
+        first, second, third = _micro_batch_bytes(model, vocab, batch, seq, 3)
+    finally:
+        dist.destroy_process_group()
+    k = traffic.Kernels(
+        shape,
+        vocab,
+        seq,
+        elem_bytes=4,
+        param_bytes=2 if param_dtype == torch.bfloat16 else 4,
+        norm="composite",
+    )
+    acc = [traffic.accumulation_bytes(k, _whole_model(batch, seq, f)) for f in (1, 2, 3, 4)]
+    add = acc[3] - acc[2]  # what each later micro-batch adds
+    convert = acc[2] - 2 * add  # what the first one moves for the accumulator
+    assert acc[0] == 0 and add == acc[2] - acc[1]
+    assert second - first == add - convert
+    assert third == second

@@ -99,8 +99,9 @@ def predict(run: dict, hw: dict | None = None):
 def run_code(run: dict) -> planner.Code:
     """What the run's code did, from the facts its [source.*] cites in the data file (the run's own where it
     sets one: its gradient reduction): the attention kernel, when the gradients were reduced, the weights'
-    and gradients' width, how pipeline sends went; and from the run, its stage split where it differs from
-    exatrain's."""
+    and gradients' width, how pipeline sends went, whether it accumulates gradients as exatrain's trainer
+    does (only exatrain's own runs: the published codes' accumulation is not modelled); and from the run,
+    its stage split where it differs from exatrain's."""
     source = DATA["source"][run["source"]]
     reduction = run.get("gradient_reduction", source.get("gradient_reduction"))
     return planner.Code(
@@ -111,6 +112,7 @@ def run_code(run: dict) -> planner.Code:
         autocast=source.get("autocast", True),
         fp32_gradients=source.get("gradients") == "fp32",
         pipeline_scatter_gather=source.get("pipeline_sends") == "scatter_gather",
+        autograd_accumulation=source.get("accumulation") == "autograd",
     )
 
 

@@ -16,6 +16,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   its backward casts the gradient back: read 2, write 4), and fp32 weights are cast once per forward;
 - the loss casts the logits to fp32, runs log-softmax (read 4, write 4 bytes per logit), and backward
   writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16;
+- gradient accumulation: from a step's second micro-batch (or pipeline microbatch) on, autograd adds each
+  new weight gradient into the accumulated one in place (read both, write the sum: 12 bytes per fp32
+  element); FSDP2 with bf16 parameters first converts the unsharded bf16 gradient to an fp32 accumulator
+  (read 2, write 4) and then adds each later one into it (read 4 and 2, write 4);
 - a code that runs its whole module in 16 bits without autocast (`module_16bit`: Megatron-LM's
   Float16Module, DeepSpeed's bf16 engine; published runs only, exatrain's trainer uses autocast) casts
   nothing but the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and
@@ -56,6 +60,7 @@ class Kernels:
     attention: str = "fused"
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
     module_16bit: bool = False  # the whole module in 16 bits, no autocast (planner.Code.autocast False)
+    accumulates: bool = True  # autograd's (and FSDP2's) gradient accumulation counted; False: not modelled
 
     @property
     def residual(self) -> int:
@@ -235,4 +240,23 @@ def step_bytes(k: Kernels, w: RankWork) -> float:
         + w.blocks * weight_cast_bytes(k) / 2
         + w.head * head_cast_bytes(k)
     )
-    return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k)
+    return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k) + accumulation_bytes(k, w)
+
+
+def gradient_elements(k: Kernels, w: RankWork) -> float:
+    """Weight-gradient elements of the rank's part of the model, unsharded by FSDP (where it accumulates):
+    its blocks' matrices (split under TP) and norm weights, the embedding tables (token table split under
+    TP) and the head with the final norm."""
+    d, v = k.shape.dim, k.vocab / k.tp
+    block = (4 + 2 * k.shape.mlp_ratio) * d * d / k.tp + 2 * d
+    return w.blocks * block + w.embeddings * (v + k.seq_len) * d + w.head * (v * d + d)
+
+
+def accumulation_bytes(k: Kernels, w: RankWork) -> float:
+    """Bytes of one step's gradient accumulation (module docstring): none with one micro-batch."""
+    if not k.accumulates or w.forwards < 2:
+        return 0.0
+    per_element = 12 * (w.forwards - 1)
+    if k.param_bytes == 2:  # FSDP2's bf16 gradients into an fp32 accumulator
+        per_element = 6 + 10 * (w.forwards - 1)
+    return per_element * gradient_elements(k, w)
