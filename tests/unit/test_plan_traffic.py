@@ -267,8 +267,8 @@ def test_each_later_micro_batch_adds_its_gradients_into_the_accumulated_ones(bf1
     assert acc[0] == 0
     assert second - first == acc[1] - acc[0] > 0  # the second micro-batch's adds
     assert third - first == acc[2] - acc[1]  # and the third's, as many
-    # a code that accumulates its own way is not counted
-    assert traffic.accumulation_bytes(replace(k, accumulates=False), _whole_model(batch, seq, 3)) == 0
+    # a code whose accumulation is not modelled is not charged
+    assert traffic.accumulation_bytes(replace(k, accumulation="none"), _whole_model(batch, seq, 3)) == 0
 
 
 @pytest.mark.parametrize("param_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16-params"])

@@ -64,9 +64,9 @@ class Code:
     # activations under torch's autocast (exatrain's trainer: fp32 norms, casts around them); False with
     # weights_16bit: a module run wholly in 16 bits (16-bit fused norms, nothing cast but the logits)
     autocast: bool = True
-    # gradient accumulation as autograd and FSDP2 do it (exatrain's trainer); False for a code that
-    # accumulates its own way (Megatron-LM's main_grad, DeepSpeed's fp32 copies): not counted
-    autograd_accumulation: bool = True
+    # how gradients accumulate over micro-batches (traffic.ACCUMULATIONS): as autograd and FSDP2 do it
+    # (exatrain's trainer), Megatron-LM's 16-bit main_grad, DeepSpeed's bf16 optimizer, "none" (not modelled)
+    accumulation: str = "autograd"
     # the gradients all-reduced in fp32 (DeepSpeed's bf16 engine with communication_data_type fp32; by
     # default it casts its fp32 copies to bf16 for the all-reduce)
     fp32_gradients: bool = False
@@ -299,7 +299,7 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         attention=code.attention,
         dropout=cfg.model.dropout > 0,
         module_16bit=code.weights_16bit and not code.autocast,
-        accumulates=code.autograd_accumulation,
+        accumulation=code.accumulation,
     )
 
 

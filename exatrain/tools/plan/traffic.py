@@ -19,7 +19,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
 - gradient accumulation: from a step's second micro-batch (or pipeline microbatch) on, autograd adds each
   new weight gradient into the accumulated one in place (read both, write the sum: 12 bytes per fp32
   element); FSDP2 with bf16 parameters first converts the unsharded bf16 gradient to an fp32 accumulator
-  (read 2, write 4) and then adds each later one into it (read 4 and 2, write 4);
+  (read 2, write 4) and then adds each later one into it (read 4 and 2, write 4). Published codes
+  accumulate their own way (`accumulation`): a 16-bit add after the first micro-batch (Megatron-LM's fp16
+  main_grad: read 2 and 2, write 2), or DeepSpeed's bf16 optimizer, which after every micro-batch casts
+  the bf16 gradient to fp32 and adds it into its fp32 copy (read 2, write 4; read 4 and 4, write 4);
 - a code that runs its whole module in 16 bits without autocast (`module_16bit`: Megatron-LM's
   Float16Module, DeepSpeed's bf16 engine; published runs only, exatrain's trainer uses autocast) casts
   nothing but the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and
@@ -41,6 +44,8 @@ from dataclasses import dataclass
 from exatrain.models import ModelShape
 
 NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's decomposition
+# exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; not modelled
+ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
 
 
@@ -60,7 +65,7 @@ class Kernels:
     attention: str = "fused"
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
     module_16bit: bool = False  # the whole module in 16 bits, no autocast (planner.Code.autocast False)
-    accumulates: bool = True  # autograd's (and FSDP2's) gradient accumulation counted; False: not modelled
+    accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
 
     @property
     def residual(self) -> int:
@@ -254,9 +259,14 @@ def gradient_elements(k: Kernels, w: RankWork) -> float:
 
 def accumulation_bytes(k: Kernels, w: RankWork) -> float:
     """Bytes of one step's gradient accumulation (module docstring): none with one micro-batch."""
-    if not k.accumulates or w.forwards < 2:
+    if k.accumulation == "deepspeed-bf16":  # every micro-batch, the first included
+        return 18 * w.forwards * gradient_elements(k, w)
+    if k.accumulation == "none" or w.forwards < 2:
         return 0.0
-    per_element = 12 * (w.forwards - 1)
-    if k.param_bytes == 2:  # FSDP2's bf16 gradients into an fp32 accumulator
+    if k.accumulation == "16-bit":
+        per_element = 6 * (w.forwards - 1)
+    elif k.param_bytes == 2:  # FSDP2's bf16 gradients into an fp32 accumulator
         per_element = 6 + 10 * (w.forwards - 1)
+    else:
+        per_element = 12 * (w.forwards - 1)
     return per_element * gradient_elements(k, w)
