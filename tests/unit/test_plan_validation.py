@@ -108,7 +108,7 @@ def run_code(run: dict) -> planner.Code:
         stage_layers=tuple(run["stage_layers"]) if "stage_layers" in run else None,
         reduce_after_backward=reduction == "after_backward",
         weights_16bit=source.get("weights") == "16-bit",
-        autocast=source.get("autocast", True),
+        norms_16bit=source.get("norms") == "16-bit",
         fp32_gradients=source.get("gradients") == "fp32",
         pipeline_scatter_gather=source.get("pipeline_sends") == "scatter_gather",
         accumulation=source.get("accumulation", "none"),
@@ -411,11 +411,20 @@ def _without_accumulation() -> dict:
     return {k: {f: v for f, v in s.items() if f != "accumulation"} for k, s in DATA["source"].items()}
 
 
+def _mpt_norms_in_fp32(sources: dict) -> dict:
+    """The sources as the page took them before the MPT runs' low-precision LayerNorm was read (2026-11-28,
+    the last history bullet): their norms on autocast's fp32 list, as exatrain's."""
+    return {
+        k: {f: v for f, v in s.items() if not (k.startswith("mpt-") and f == "norms")}
+        for k, s in sources.items()
+    }
+
+
 def _under_autocast() -> dict:
     """The sources as the page took them before the runs' own precision was modelled (2026-11-28, the
     bullet before the last): every code's activations under autocast, 16-bit weights or not, and no
     accumulation counted."""
-    return {k: dict(v, autocast=True) for k, v in _without_accumulation().items()}
+    return {k: {f: v for f, v in s.items() if f != "norms"} for k, s in _without_accumulation().items()}
 
 
 def _deepspeed_fp32_reduction() -> dict:
@@ -492,7 +501,7 @@ def test_the_history_of_the_runs_own_precision(monkeypatch):
     False: 16-bit norms, no activation casts); the rows it moved and the table's figures then, recomputed
     (no accumulation counted for the published codes)."""
     text = " ".join(PAGE.read_text().split())
-    monkeypatch.setitem(DATA, "source", _without_accumulation())
+    monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(_without_accumulation()))
     now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = (
@@ -500,15 +509,19 @@ def test_the_history_of_the_runs_own_precision(monkeypatch):
         f"median {median} %, worst {worst} %)"
     )
     assert stated in text, stated
-    without = {k for k, v in DATA["source"].items() if v.get("autocast") is False}
-    assert without == {"narayanan2021", "bloom", "lumi-scaling", "korthikanti2022"}
+    sixteen = {
+        k for k, v in DATA["source"].items() if v.get("weights") == "16-bit" and v.get("norms") == "16-bit"
+    }
+    assert sixteen == {"narayanan2021", "bloom", "lumi-scaling", "korthikanti2022"}
 
 
-def test_the_history_of_the_runs_own_accumulation(records):
-    """The last history bullet: the gradient accumulation of the codes of [1] (16-bit main_grad adds) and
-    of [4] and [5] (DeepSpeed's bf16 optimizer) counted; the rows it moved and the table's figures."""
+def test_the_history_of_the_runs_own_accumulation(monkeypatch):
+    """The bullet before the last: the gradient accumulation of the codes of [1] (16-bit main_grad adds)
+    and of [4] and [5] (DeepSpeed's bf16 optimizer) counted; the rows it moved and the table's figures then
+    (the MPT runs' norms in fp32)."""
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(DATA["source"]))
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} (over the {len(now)} runs median {median} %, "
     stated += f"worst {worst} %)"
@@ -600,3 +613,22 @@ def test_blooms_recorded_stage_split_gives_the_step_of_exatrains_own():
     assert "BLOOM's recorded stage split ([The runs](#the-runs)) gives the same step as exatrain's own" in (
         " ".join(PAGE.read_text().split())
     )
+
+
+def _mpt_rows(errors: dict[str, float]) -> str:
+    """The MPT rows as the page lists them: "mpt A100 -22 %, ...; mpt H100 -37 %, ..."."""
+    sizes = ("1b", "3b", "7b", "13b", "30b")
+    a100 = ", ".join(_signed(errors[f"mpt-{size}-a100"]) for size in sizes)
+    h100 = ", ".join(_signed(errors[f"mpt-{size}-h100"]) for size in ("1b", "7b", "13b", "30b"))
+    return f"mpt A100 {a100}; mpt H100 {h100}"
+
+
+def test_the_history_of_the_mpt_runs_norms(records):
+    """The last history bullet: the MPT runs' low-precision LayerNorm (16-bit norms under FSDP's bf16
+    parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    assert all(DATA["source"][k].get("norms") == "16-bit" for k in ("mpt-a100", "mpt-h100"))

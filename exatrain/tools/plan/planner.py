@@ -61,9 +61,10 @@ class Code:
     # Float16Module, DeepSpeed's bf16 engine): no weight casts, 2-byte tensor-parallel reductions and
     # pipeline sends, 2-byte gradient reductions unless fp32_gradients
     weights_16bit: bool = False
-    # activations under torch's autocast (exatrain's trainer: fp32 norms, casts around them); False with
-    # weights_16bit: a module run wholly in 16 bits (16-bit fused norms, nothing cast but the logits)
-    autocast: bool = True
+    # norms that read and write 16-bit tensors (fp32 inside: apex's fused LayerNorm under Megatron-LM's
+    # Float16Module or DeepSpeed's bf16 engine, llm-foundry's LPLayerNorm), where exatrain's RMSNorm runs on
+    # autocast's fp32 list; with 16-bit parameters nothing else is cast but the logits (traffic.module_16bit)
+    norms_16bit: bool = False
     # how gradients accumulate over micro-batches (traffic.ACCUMULATIONS): as autograd and FSDP2 do it
     # (exatrain's trainer), Megatron-LM's 16-bit main_grad, DeepSpeed's bf16 optimizer, "none" (not modelled)
     accumulation: str = "autograd"
@@ -298,7 +299,7 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         norm=code.norm,
         attention=code.attention,
         dropout=cfg.model.dropout > 0,
-        module_16bit=code.weights_16bit and not code.autocast,
+        module_16bit=code.norms_16bit and sixteen,
         accumulation=code.accumulation,
     )
 

@@ -23,10 +23,11 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   accumulate their own way (`accumulation`): a 16-bit add after the first micro-batch (Megatron-LM's fp16
   main_grad: read 2 and 2, write 2), or DeepSpeed's bf16 optimizer, which after every micro-batch casts
   the bf16 gradient to fp32 and adds it into its fp32 copy (read 2, write 4; read 4 and 4, write 4);
-- a code that runs its whole module in 16 bits without autocast (`module_16bit`: Megatron-LM's
-  Float16Module, DeepSpeed's bf16 engine; published runs only, exatrain's trainer uses autocast) casts
-  nothing but the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and
-  autograd sums 16-bit gradients;
+- a code whose norms read and write 16-bit tensors with 16-bit parameters (`module_16bit`: Megatron-LM's
+  Float16Module and DeepSpeed's bf16 engine, which use no autocast; llm-foundry's LPLayerNorm under FSDP's
+  bf16 parameters; published runs only, exatrain's RMSNorm runs on autocast's fp32 list) casts nothing but
+  the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and autograd sums
+  16-bit gradients;
 - with dropout (`model.dropout` > 0) each dropout (the embeddings' sum, the MLP's output) is on a GPU
   torch's fused kernel (native_dropout: read x, write y and a bool mask; backward: read dy and the mask,
   write dx) and on a CPU its decomposition (bernoulli_ writes a mask of x's dtype, div_ scales it in
@@ -64,7 +65,7 @@ class Kernels:
     norm: str = "fused"
     attention: str = "fused"
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
-    module_16bit: bool = False  # the whole module in 16 bits, no autocast (planner.Code.autocast False)
+    module_16bit: bool = False  # 16-bit norms and parameters: nothing cast but the logits (Code.norms_16bit)
     accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
 
     @property
