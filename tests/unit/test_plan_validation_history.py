@@ -1,0 +1,170 @@
+"""The history bullets of docs/plan-validation.md: each earlier state of the validation table, recomputed
+under the treatment of its day (the sources as the page then took them), and the figures each bullet
+states. The table itself, its readings and its inputs: tests/unit/test_plan_validation.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_plan_validation import (
+    DATA,
+    DATA_SHEETS,
+    KORTHIKANTI,
+    PAGE,
+    PIPELINED_MEGATRON,
+    _changed_rows,
+    _errors_with_machines,
+    _korthikanti,
+    _median_worst,
+    _pipelined_megatron,
+    _signed,
+    rows,
+)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return rows()
+
+
+def _without_accumulation() -> dict:
+    """The sources as the page took them before the runs' own gradient accumulation was modelled
+    (2026-11-28, the last history bullet): none counted for the published codes."""
+    return {k: {f: v for f, v in s.items() if f != "accumulation"} for k, s in DATA["source"].items()}
+
+
+def _mpt_norms_in_fp32(sources: dict) -> dict:
+    """The sources as the page took them before the MPT runs' low-precision LayerNorm was read (2026-11-28,
+    the last history bullet): their norms on autocast's fp32 list, as exatrain's."""
+    return {
+        k: {f: v for f, v in s.items() if not (k.startswith("mpt-") and f == "norms")}
+        for k, s in sources.items()
+    }
+
+
+def _under_autocast() -> dict:
+    """The sources as the page took them before the runs' own precision was modelled (2026-11-28, the
+    bullet before the last): every code's activations under autocast, 16-bit weights or not, and no
+    accumulation counted."""
+    return {k: {f: v for f, v in s.items() if f != "norms"} for k, s in _without_accumulation().items()}
+
+
+def _deepspeed_fp32_reduction() -> dict:
+    """The sources as the page had them before 2026-11-28's correction: [4] and [5] with their gradients
+    all-reduced in fp32 (DeepSpeed's engine casts them to bf16 on the wire: the data file), under autocast."""
+    return {
+        k: dict(v, gradients="fp32") if k in ("bloom", "lumi-scaling") else v
+        for k, v in _under_autocast().items()
+    }
+
+
+def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch):
+    """The history bullet of 2026-11-28, over the 17 runs the table then had (the runs' own code settings,
+    then measured constants): the table before (for [1] micro batch 1, gradients reduced after the
+    backward and fp32 weights, for [4] and [5] fp32 weights; data sheets), with the code settings alone, and
+    with the measured constants, each recomputed; then the pipelined rows of [1] added (23 runs). [4] and
+    [5] as the page then took them: gradients all-reduced in fp32 (corrected in the next bullet)."""
+    text = " ".join(PAGE.read_text().split())
+    added = {f"megatron-{size}" for size in PIPELINED_MEGATRON} | {f"korthikanti-{s}" for s in KORTHIKANTI}
+    monkeypatch.setitem(DATA, "source", _deepspeed_fp32_reduction())
+    monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
+    now = {r["id"]: r["error"] for r in rows()}
+    seventeen = [r for r in DATA["run"] if r["id"] not in added]
+    assert len(seventeen) == 17
+    monkeypatch.setitem(DATA, "run", seventeen)
+    constants = {r["id"]: r["error"] for r in rows()}
+    settings = _errors_with_machines(DATA_SHEETS)
+    runs = [dict(r, micro_batch=1) if r["source"] == "narayanan2021" else r for r in seventeen]
+    source = {
+        k: {f: v for f, v in s.items() if f not in ("weights", "gradients")}
+        for k, s in DATA["source"].items()
+    }
+    source["narayanan2021"]["gradient_reduction"] = "after_backward"
+    monkeypatch.setitem(DATA, "source", source)
+    monkeypatch.setitem(DATA, "run", runs)
+    before = _errors_with_machines(DATA_SHEETS)
+    for state in (before, settings, constants):
+        median, worst = _median_worst(state)
+        stated = f"{_changed_rows(state)} (median {median} %, worst {worst} %)"
+        assert stated in text, stated
+    median, worst = _median_worst(now)
+    stated = f"{_pipelined_megatron(now)} (over the 23 runs median {median} %, worst {worst} %)"
+    assert len(now) == 23 and stated in text, stated
+
+
+def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch, records):
+    """The history bullet after it: [4] and [5] with their gradients all-reduced in bf16 (the 23 runs of the
+    bullet before), then the four rows of [6] added; each recomputed, under autocast as then."""
+    text = " ".join(PAGE.read_text().split())
+    monkeypatch.setitem(DATA, "source", _under_autocast())
+    now = {r["id"]: r["error"] for r in rows()}
+    monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
+    corrected = {r["id"]: r["error"] for r in rows()}
+    lumi = ", ".join(_signed(corrected[f"lumi-{size}"]) for size in ("7b", "33b", "175b"))
+    median, worst = _median_worst(corrected)
+    stated = (
+        f"bloom-176b {_signed(corrected['bloom-176b'])}; lumi {lumi} (median {median} %, worst {worst} %)"
+    )
+    assert len(corrected) == 23 and stated in text, stated
+    median, worst = _median_worst(now)
+    stated = f"{_korthikanti(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+
+
+def test_the_history_of_the_runs_own_precision(monkeypatch):
+    """The bullet before the last: the codes of [1], [4], [5] and [6] without autocast (Code.autocast
+    False: 16-bit norms, no activation casts); the rows it moved and the table's figures then, recomputed
+    (no accumulation counted for the published codes)."""
+    text = " ".join(PAGE.read_text().split())
+    monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(_without_accumulation()))
+    now = {r["id"]: r["error"] for r in rows()}
+    median, worst = _median_worst(now)
+    stated = (
+        f"{_changed_rows(now)}; {_pipelined_megatron(now)}; {_korthikanti(now)} (over the {len(now)} runs "
+        f"median {median} %, worst {worst} %)"
+    )
+    assert stated in text, stated
+    sixteen = {
+        k for k, v in DATA["source"].items() if v.get("weights") == "16-bit" and v.get("norms") == "16-bit"
+    }
+    assert sixteen == {"narayanan2021", "bloom", "lumi-scaling", "korthikanti2022"}
+
+
+def test_the_history_of_the_runs_own_accumulation(monkeypatch):
+    """The bullet before the last: the gradient accumulation of the codes of [1] (16-bit main_grad adds)
+    and of [4] and [5] (DeepSpeed's bf16 optimizer) counted; the rows it moved and the table's figures then
+    (the MPT runs' norms in fp32)."""
+    text = " ".join(PAGE.read_text().split())
+    monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(DATA["source"]))
+    now = {r["id"]: r["error"] for r in rows()}
+    median, worst = _median_worst(now)
+    stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} (over the {len(now)} runs median {median} %, "
+    stated += f"worst {worst} %)"
+    assert stated in text, stated
+    ways = {k: v["accumulation"] for k, v in DATA["source"].items() if "accumulation" in v}
+    assert ways == {
+        "narayanan2021": "16-bit",
+        "bloom": "deepspeed-bf16",
+        "lumi-scaling": "deepspeed-bf16",
+        "exatrain-h100": "autograd",
+        "exatrain-h200": "autograd",
+    }
+
+
+def _mpt_rows(errors: dict[str, float]) -> str:
+    """The MPT rows as the page lists them: "mpt A100 -22 %, ...; mpt H100 -37 %, ..."."""
+    sizes = ("1b", "3b", "7b", "13b", "30b")
+    a100 = ", ".join(_signed(errors[f"mpt-{size}-a100"]) for size in sizes)
+    h100 = ", ".join(_signed(errors[f"mpt-{size}-h100"]) for size in ("1b", "7b", "13b", "30b"))
+    return f"mpt A100 {a100}; mpt H100 {h100}"
+
+
+def test_the_history_of_the_mpt_runs_norms(records):
+    """The last history bullet: the MPT runs' low-precision LayerNorm (16-bit norms under FSDP's bf16
+    parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    assert all(DATA["source"][k].get("norms") == "16-bit" for k in ("mpt-a100", "mpt-h100"))
