@@ -252,7 +252,8 @@ def step_bytes(k: Kernels, w: RankWork) -> float:
 def gradient_elements(k: Kernels, w: RankWork) -> float:
     """Weight-gradient elements of the rank's part of the model, unsharded by FSDP (where it accumulates):
     its blocks' matrices (split under TP) and norm weights, the embedding tables (token table split under
-    TP) and the head with the final norm."""
+    TP) and the head with the final norm. (analytic._tensors, the measured layout's closed form, also splits
+    the position table under TP; counted whole here, a difference of (tp - 1) / tp x seq_len x dim.)"""
     d, v = k.shape.dim, k.vocab / k.tp
     block = (4 + 2 * k.shape.mlp_ratio) * d * d / k.tp + 2 * d
     return w.blocks * block + w.embeddings * (v + k.seq_len) * d + w.head * (v * d + d)
