@@ -190,6 +190,26 @@ def test_fused_attention_runs_at_its_own_rate_when_measured():
     assert estimate.step_time(_inputs(), [], slow).breakdown["compute_s"] == pytest.approx(0.12288)
 
 
+def test_materialised_attention_products_run_at_the_slower_of_their_flops_and_bytes():
+    """Attention products with the scores in memory (score_flops_per_token, score_bytes) take the roofline:
+    their FLOPs at matmul_tflops or their bytes at hbm_gbs, whichever is slower."""
+    hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
+    # 1e9 of the 6e9 FLOP/token: 1e9 x 32768 / 8 / 200e12 = 0.02048 s of products; the other 5e9 0.1024 s
+    flops_bound = _inputs(score_flops_per_token=1e9, score_bytes=1e10)  # 1e10 B / 1e12 B/s = 0.01 s < 0.02048
+    assert estimate.step_time(flops_bound, [], hbm).breakdown["compute_s"] == pytest.approx(0.12288)
+    bytes_bound = _inputs(score_flops_per_token=1e9, score_bytes=5e10)  # 0.05 s > 0.02048 s
+    t = estimate.step_time(bytes_bound, [], hbm)
+    assert t.breakdown["compute_s"] == pytest.approx(0.1024 + 0.05)
+    assert t.breakdown["memory_bound_s"] == 0  # the products' bytes are theirs, not the other kernels'
+    # a profile without hbm_gbs: the FLOPs alone
+    assert estimate.step_time(bytes_bound, [], HW).breakdown["compute_s"] == pytest.approx(0.12288)
+    # a pipeline rank's own products likewise (stage_seconds)
+    load = estimate.StageLoad(
+        matmul_flops=1e12, attention_flops=0.0, memory_bytes=0.0, score_flops=2e12, score_bytes=2e13
+    )
+    assert estimate.stage_seconds(load, hbm) == pytest.approx(1e12 / 200e12 + 2e13 / 1e12)
+
+
 def test_on_cpu_nodes_communication_adds_to_the_step():
     """CPU ranks compute and communicate on the same cores: a data-parallel all-reduce that a GPU step hides
     (0.032 s < 0.12288 s of compute, as above) adds its whole time."""

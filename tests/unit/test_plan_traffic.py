@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.checkpoint import checkpoint
 
 from exatrain.distributed.parallelize import apply_ac
 from exatrain.models.sizes import ModelShape
@@ -145,6 +146,60 @@ def test_materialised_attention_adds_the_scores_and_fused_norms_move_less():
     assert extra == 2 * 2 * 16 * 2048  # read and write H x T bf16 scores per token
     composite = traffic.Kernels(shape, 32000, 2048, elem_bytes=2, norm="composite")
     assert traffic.block_bytes(composite)["backward"] > traffic.block_bytes(fused)["backward"]
+
+
+class ProductBytes(TorchDispatchMode):
+    """Bytes read and written by the batched matrix products (bmm) dispatched under it: each operand and
+    output once, whatever its strides."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in ("bmm", "baddbmm"):
+            tensors = [a for a in tree_flatten((args, kwargs, out))[0] if isinstance(a, torch.Tensor)]
+            self.total += sum(map(_nbytes, tensors))
+        return out
+
+
+def _attention_in_memory(q, k, v):
+    """Attention whose scores are kept in memory, as Megatron-LM's unfused path runs it: two batched
+    products around the softmax (its scale and mask are memory-bound kernels, counted by block_bytes)."""
+    b, h, t, d = q.shape
+    scores = torch.bmm(q.reshape(b * h, t, d), k.reshape(b * h, t, d).transpose(1, 2))
+    return torch.bmm(torch.softmax(scores, dim=-1), v.reshape(b * h, t, d))
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_materialised_attention_products_move_what_their_operands_hold(checkpointed):
+    """The six batched products of attention with its scores in memory (two forward, four backward; two
+    more when the block is recomputed) move what score_product_bytes says, counted on the real ops of
+    autograd's backward. Recomputation as Megatron-LM's checkpoint runs it: the whole forward again (a
+    reentrant checkpoint; torch's non-reentrant one would stop after the first product)."""
+    batch, heads, seq, head_dim = 2, 4, 64, 16
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, requires_grad=True) for _ in range(3))
+    with ProductBytes() as counter:
+        if checkpointed:
+            out = checkpoint(_attention_in_memory, q, k, v, use_reentrant=True)
+        else:
+            out = _attention_in_memory(q, k, v)
+        out.sum().backward()
+    shape = ModelShape(dim=heads * head_dim, n_layers=1, n_heads=heads)
+    kernels = traffic.Kernels(shape, 512, seq, elem_bytes=4, attention="materialised")
+    work = traffic.RankWork(
+        tokens=batch * seq,
+        blocks=1,
+        recomputed_blocks=1 if checkpointed else 0,
+        forwards=1,
+        batch=batch,
+        embeddings=0.0,
+        head=0.0,
+    )
+    assert counter.total > 0
+    assert traffic.score_product_bytes(kernels, work) == counter.total
+    assert traffic.score_product_bytes(replace(kernels, attention="fused"), work) == 0  # scores on chip
 
 
 def test_gpu_dropout_is_one_kernel_with_a_bool_mask_and_drops_materialised_probabilities():

@@ -4,8 +4,8 @@ states. The table itself, its readings and its inputs: tests/unit/test_plan_vali
 
 from __future__ import annotations
 
-import pytest
-
+from exatrain.models import ModelShape
+from exatrain.tools.plan import estimate, traffic
 from tests.unit.test_plan_validation import (
     DATA,
     DATA_SHEETS,
@@ -22,9 +22,12 @@ from tests.unit.test_plan_validation import (
 )
 
 
-@pytest.fixture(scope="module")
-def records():
-    return rows()
+def _products_at_the_matmul_rate(monkeypatch) -> None:
+    """The model as it was before 2026-11-28's roofline of the materialised attention's products (the last
+    history bullet): their FLOPs at matmul_tflops whatever bytes they move."""
+    monkeypatch.setattr(
+        estimate, "products_seconds", lambda flops, nbytes, hw: flops / (hw.matmul_tflops * 1e12)
+    )
 
 
 def _without_accumulation() -> dict:
@@ -64,6 +67,7 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     backward and fp32 weights, for [4] and [5] fp32 weights; data sheets), with the code settings alone, and
     with the measured constants, each recomputed; then the pipelined rows of [1] added (23 runs). [4] and
     [5] as the page then took them: gradients all-reduced in fp32 (corrected in the next bullet)."""
+    _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     added = {f"megatron-{size}" for size in PIPELINED_MEGATRON} | {f"korthikanti-{s}" for s in KORTHIKANTI}
     monkeypatch.setitem(DATA, "source", _deepspeed_fp32_reduction())
@@ -92,9 +96,10 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     assert len(now) == 23 and stated in text, stated
 
 
-def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch, records):
+def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch):
     """The history bullet after it: [4] and [5] with their gradients all-reduced in bf16 (the 23 runs of the
     bullet before), then the four rows of [6] added; each recomputed, under autocast as then."""
+    _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _under_autocast())
     now = {r["id"]: r["error"] for r in rows()}
@@ -115,6 +120,7 @@ def test_the_history_of_the_runs_own_precision(monkeypatch):
     """The bullet before the last: the codes of [1], [4], [5] and [6] without autocast (Code.autocast
     False: 16-bit norms, no activation casts); the rows it moved and the table's figures then, recomputed
     (no accumulation counted for the published codes)."""
+    _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(_without_accumulation()))
     now = {r["id"]: r["error"] for r in rows()}
@@ -134,6 +140,7 @@ def test_the_history_of_the_runs_own_accumulation(monkeypatch):
     """The bullet before the last: the gradient accumulation of the codes of [1] (16-bit main_grad adds)
     and of [4] and [5] (DeepSpeed's bf16 optimizer) counted; the rows it moved and the table's figures then
     (the MPT runs' norms in fp32)."""
+    _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(DATA["source"]))
     now = {r["id"]: r["error"] for r in rows()}
@@ -159,11 +166,55 @@ def _mpt_rows(errors: dict[str, float]) -> str:
     return f"mpt A100 {a100}; mpt H100 {h100}"
 
 
-def test_the_history_of_the_mpt_runs_norms(records):
-    """The last history bullet: the MPT runs' low-precision LayerNorm (16-bit norms under FSDP's bf16
-    parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
+def _flops_per_byte(head_dim: int, seq_len: int = 2048) -> float:
+    """FLOPs per byte of one 16-bit attention product (traffic.score_product_bytes: a T x T matrix and two
+    T x d_head ones per head), 2 T d_head FLOPs per token and head."""
+    shape = ModelShape(dim=head_dim, n_layers=1, n_heads=1)
+    kernels = traffic.Kernels(shape, 512, seq_len, elem_bytes=2, attention="materialised")
+    work = traffic.RankWork(
+        tokens=1, blocks=1, recomputed_blocks=0, forwards=1, batch=1, embeddings=0, head=0
+    )
+    return 6 * 2 * seq_len * head_dim / traffic.score_product_bytes(kernels, work)
+
+
+def test_the_history_of_the_attention_products_roofline(monkeypatch):
+    """The last history bullet: the materialised attention's products at their roofline; the rows of the
+    codes that keep the scores in memory and the table's figures, recomputed (the LUMI rows unmoved), and
+    the FLOPs per byte it quotes."""
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    ridge = {
+        m: DATA["hardware"][m]["matmul_tflops"] / DATA["hardware"][m]["hbm_gbs"] * 1e3
+        for m in ("a100-80gb", "mi250x-gcd")
+    }
+    quoted = f"(about {round(_flops_per_byte(96))} and {round(_flops_per_byte(128))} "
+    quoted += f"against {round(ridge['a100-80gb'])}); "
+    quoted += f"on the MI250X ({round(ridge['mi250x-gcd'])})"
+    assert quoted in text, quoted
+    assert _flops_per_byte(96) < _flops_per_byte(128) < ridge["a100-80gb"]
+    assert ridge["mi250x-gcd"] < _flops_per_byte(128)
+    now = {r["id"]: r["error"] for r in rows()}
+    median, worst = _median_worst(now)
+    stated = (
+        f"{_changed_rows(now)}; {_pipelined_megatron(now)}; {_korthikanti(now)} (over the {len(now)} runs "
+    )
+    stated += f"median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    kept = {k for k, v in DATA["source"].items() if v.get("attention") == "materialised"}
+    assert kept == {"narayanan2021", "bloom", "lumi-scaling", "korthikanti2022"}
+    _products_at_the_matmul_rate(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    assert all(before[k] == now[k] for k in now if k.startswith("lumi-"))
+    assert all(
+        now[k] > before[k] for k in now if k.startswith(("megatron-", "korthikanti-", "bloom-"))
+    )  # slower
+
+
+def test_the_history_of_the_mpt_runs_norms(monkeypatch):
+    """The bullet before the last: the MPT runs' low-precision LayerNorm (16-bit norms under FSDP's bf16
+    parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
+    _products_at_the_matmul_rate(monkeypatch)
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
     assert stated in text, stated

@@ -34,6 +34,10 @@ class StageLoad:
     matmul_flops: float
     attention_flops: float  # the fused attention kernel's (0 when attention is plain matrix products)
     memory_bytes: float
+    # the attention's batched products when the scores are kept in memory (materialised): FLOPs and the
+    # bytes they move (products_seconds); 0 with the fused kernel
+    score_flops: float = 0.0
+    score_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class StepInputs:
     # of flops_per_token, what the fused attention kernel (scaled_dot_product_attention) runs: 12 L D T; 0
     # when the attention products are plain batched matrix products (at matmul_tflops like the rest)
     attention_flops_per_token: float = 0.0
+    # of flops_per_token, the attention's batched products when the scores are kept in memory (12 L D T,
+    # materialised attention; 0 with the fused kernel), and the bytes the average rank's such products move
+    # per step (traffic.score_product_bytes): they run at the slower of the two (products_seconds)
+    score_flops_per_token: float = 0.0
+    score_bytes: float = 0.0
     # communication runs beside the kernels (GPUs: copy engines and NCCL's own SMs); False on CPU nodes,
     # where the same cores compute and communicate, so every collective adds to the step
     overlap: bool = True
@@ -77,10 +86,10 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=27, low=1.05, median=1.16, high=1.81)
+PUBLISHED = PublishedRatio(runs=27, low=1.04, median=1.15, high=1.81)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
 # nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
-SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.72, median=2.72, high=5.63)
+SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.70, median=2.70, high=5.58)
 
 
 def sharding_note(shard_ranks, gpus_per_node: int) -> str | None:
@@ -255,7 +264,9 @@ def pipeline_imbalance(inputs: StepInputs, hw) -> float:
 def stage_seconds(load: StageLoad, hw) -> float:
     """One pipeline rank's kernel time per step: its products at their rates, its memory-bound bytes at
     HBM bandwidth (none when the profile has no hbm_gbs, as for the step's memory-bound term)."""
-    return flops_seconds(load.matmul_flops, load.attention_flops, hw) + memory_seconds(load.memory_bytes, hw)
+    products = flops_seconds(load.matmul_flops, load.attention_flops, hw)
+    products += products_seconds(load.score_flops, load.score_bytes, hw)
+    return products + memory_seconds(load.memory_bytes, hw)
 
 
 def flops_seconds(matmul_flops: float, attention_flops: float, hw) -> float:
@@ -266,6 +277,14 @@ def flops_seconds(matmul_flops: float, attention_flops: float, hw) -> float:
     return (matmul_flops / hw.matmul_tflops + attention_flops / attention_rate) / 1e12
 
 
+def products_seconds(flops: float, nbytes: float, hw) -> float:
+    """Matrix products that move many bytes per FLOP (the materialised attention's, whose T x T operand or
+    output is d_head elements deep): the slower of their FLOPs at `matmul_tflops` and their bytes at
+    `hbm_gbs`, the roofline. A kernel can run no faster than either; at the A100's 268 TF/s and 1.7 TB/s a
+    16-bit product below 158 FLOPs per byte (d_head of about 128 and less) is bound by its bytes."""
+    return max(flops / (hw.matmul_tflops * 1e12), memory_seconds(nbytes, hw))
+
+
 def memory_seconds(nbytes: float, hw) -> float:
     """Bytes read and written at `hbm_gbs`; 0 when the profile has none (the plan's note says so)."""
     return nbytes / (hw.hbm_gbs * 1e9) if hw.hbm_gbs else 0.0
@@ -273,10 +292,11 @@ def memory_seconds(nbytes: float, hw) -> float:
 
 def compute_seconds(inputs: StepInputs, hw) -> float:
     """The FLOPs of the average rank's step (recomputation included) over the rates that run them
-    (flops_seconds)."""
+    (flops_seconds; the materialised attention's products at their roofline, products_seconds)."""
     tokens = inputs.tokens_per_step * inputs.recompute_factor / inputs.world_size
-    attention = inputs.attention_flops_per_token
-    return flops_seconds((inputs.flops_per_token - attention) * tokens, attention * tokens, hw)
+    attention, scores = inputs.attention_flops_per_token, inputs.score_flops_per_token
+    products = flops_seconds((inputs.flops_per_token - attention - scores) * tokens, attention * tokens, hw)
+    return products + products_seconds(scores * tokens, inputs.score_bytes, hw)
 
 
 def recompute_factor(ac: str, every: int) -> float:

@@ -260,6 +260,8 @@ def step_inputs(
         local_param_elements=local_param_elements,
         memory_bytes=memory_traffic(cfg, dims, vocab, code),
         attention_flops_per_token=fused_attention if code.attention == "fused" else 0.0,
+        score_flops_per_token=fused_attention if code.attention == "materialised" else 0.0,
+        score_bytes=score_traffic(cfg, dims, vocab, code),
         overlap=bool(gpus_per_node),
         stages=stages,
         accumulation=accumulation(cfg, dims),
@@ -339,6 +341,16 @@ def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> f
     return traffic.step_bytes(kernels, work)
 
 
+def score_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> float:
+    """Bytes the average rank's materialised attention products move per step (traffic.score_product_bytes;
+    0 with the fused kernel), over the same share of the blocks as memory_traffic."""
+    kernels = traffic_kernels(cfg, dims, vocab, code)
+    share = 1 / dims.pp
+    return traffic.score_product_bytes(
+        kernels, rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
+    )
+
+
 def stage_loads(
     cfg: Config,
     dims: ParallelDims,
@@ -375,13 +387,16 @@ def stage_loads(
         runs = 3 * blocks + work.recomputed_blocks  # forward-equivalents of the rank's blocks
         matmul = 2 * runs * block_params + 6 * head * head_params
         attn = runs / 3 * attention_per_block  # the attention term scales as the blocks' FLOPs do
-        if code.attention != "fused":  # plain batched matrix products: at the matmul rate like the rest
-            matmul, attn = matmul + attn, 0.0
+        scores = 0.0
+        if code.attention != "fused":  # plain batched matrix products, at their roofline (products_seconds)
+            attn, scores = 0.0, attn
         loads.append(
             estimate.StageLoad(
                 matmul_flops=matmul * per_rank_tokens,
                 attention_flops=attn * per_rank_tokens,
                 memory_bytes=traffic.step_bytes(kernels, work),
+                score_flops=scores * per_rank_tokens,
+                score_bytes=traffic.score_product_bytes(kernels, work),
             )
         )
     return tuple(loads)

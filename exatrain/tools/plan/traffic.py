@@ -249,6 +249,22 @@ def step_bytes(k: Kernels, w: RankWork) -> float:
     return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k) + accumulation_bytes(k, w)
 
 
+def score_product_bytes(k: Kernels, w: RankWork) -> float:
+    """Bytes one rank's attention products move in a step when the scores are kept in memory
+    (`materialised`; none for the fused kernel, which keeps them on chip). Six batched products per block:
+    QK^T writes the T x T scores and PV reads the probabilities; in the backward dP = dO V^T writes their
+    gradient, dV = P^T dO reads the probabilities, dQ = dS K and dK = dS^T Q read the scores' gradient. Each
+    moves one T x T matrix per head and two T x d_head ones (its other operand, its output), once; a
+    recomputed block runs the forward's two again. With d_head near the chip's FLOPs-per-byte ratio these
+    products are as much memory-bound as compute-bound (estimate.products_seconds takes the slower)."""
+    if k.attention != "materialised":
+        return 0.0
+    heads = k.shape.n_heads / k.tp
+    head_dim = k.shape.dim / k.shape.n_heads
+    per_product = k.elem_bytes * heads * (k.seq_len + 2 * head_dim)  # per token
+    return w.tokens * per_product * (6 * w.blocks + 2 * w.recomputed_blocks)
+
+
 def gradient_elements(k: Kernels, w: RankWork) -> float:
     """Weight-gradient elements of the rank's part of the model, unsharded by FSDP (where it accumulates):
     its blocks' matrices (split under TP) and norm weights, the embedding tables (token table split under
