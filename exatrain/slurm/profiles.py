@@ -84,6 +84,18 @@ class Hardware:
     )
     intra_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) within a node, GB/s.", 0.0)
     inter_node_busbw_gbs: float = _f("All-reduce bus bandwidth (nccl-tests' busbw) across nodes, GB/s.", 0.0)
+    intra_node_busbw_curve: tuple[tuple[float, float], ...] = _f(
+        "Optional: nccl-tests' all-reduce busbw within a node by message size, [[bytes, GB/s], ...] in "
+        "increasing size (measured); a collective of S bytes per call then runs at the curve's busbw at S "
+        "(interpolated in log size, the end points' beyond), small messages below the large ones' busbw. "
+        "Empty = intra_node_busbw_gbs at every size.",
+        (),
+    )
+    inter_node_busbw_curve: tuple[tuple[float, float], ...] = _f(
+        "Optional: as intra_node_busbw_curve, across nodes (a run of whole nodes). Empty = "
+        "inter_node_busbw_gbs at every size.",
+        (),
+    )
     hbm_gbs: float = _f(
         "Memory bandwidth of one GPU, GB/s (the optimizer step's time); 0 = not modelled.", 0.0
     )
@@ -367,7 +379,9 @@ def _hardware(data: Any, source: str) -> Hardware:
             "data-sheet and published figures (cite each in a comment), or leave it out",
         )
     values = {
-        f.name: _typed(data, f.name, float, source, 0.0) for f in fields(Hardware) if f.name != "source"
+        f.name: _typed(data, f.name, float, source, 0.0)
+        for f in fields(Hardware)
+        if f.name != "source" and not f.name.endswith("_curve")
     }
     for key, value in values.items():
         if value < 0:
@@ -375,7 +389,26 @@ def _hardware(data: Any, source: str) -> Hardware:
                 f"{source}: {key} = {value:g} is negative",
                 f"write {key} as a positive number, or leave it out when it is not known",
             )
-    return Hardware(**values, source=origin)
+    curves = {key: _curve(data, key, source) for key in ("intra_node_busbw_curve", "inter_node_busbw_curve")}
+    return Hardware(**values, **curves, source=origin)
+
+
+def _curve(data: Any, key: str, source: str) -> tuple[tuple[float, float], ...]:
+    """A busbw-by-size table, [[bytes, GB/s], ...]: pairs of positive numbers in increasing size."""
+    raw = data.get(key, [])
+    hint = f"write {key} = [[1048576, 36.2], [4194304, 71.4], ...]: message bytes and busbw GB/s, in "
+    hint += "increasing size"
+    if not isinstance(raw, list) or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)
+        for p in raw
+    ):
+        raise ConfigError(f"{source}: {key} is not a list of [bytes, GB/s] pairs", hint)
+    pairs = tuple((float(b), float(g)) for b, g in raw)
+    if any(b <= 0 or g <= 0 for b, g in pairs) or any(a[0] >= b[0] for a, b in zip(pairs, pairs[1:])):
+        raise ConfigError(f"{source}: {key} needs positive values in increasing size", hint)
+    return pairs
 
 
 def _partition(data: Any, source: str) -> Partition:

@@ -341,6 +341,9 @@ def test_hardware_lines_parse_as_the_profiles_hardware_table():
     assert hw.hbm_gbs == 1200.0  # the slowest rank's memory bandwidth
     assert hw.attention_tflops == 99.5  # the slowest rank's attention rate
     assert hw.source == "measured"  # so `exatrain plan --time` says its constants were measured
+    # the whole sweep, as the inter-node busbw's curve by size (the plan's busbw at each call's size)
+    assert hw.inter_node_busbw_curve == ((1024.0, 0.5), (2.0**28, 21.25))
+    assert hw.intra_node_busbw_curve == ()
 
 
 def test_hardware_lines_warn_when_the_nodes_were_not_filled():

@@ -103,6 +103,41 @@ def test_closed_form_collectives_match_the_measured_step(name):
         assert abs(counted.get(key, 0) - measured.get(key, 0)) < 1024, (key, counted, measured)
 
 
+@pytest.mark.parametrize(
+    "replication", [["parallel.dp_replicate=4"], ["parallel.dp_replicate=2", "parallel.tp=2"]]
+)
+@pytest.mark.parametrize("vocab", [1000, 32000])
+def test_closed_form_counts_ddps_buckets_as_the_measured_step(replication, vocab):
+    """The gradients' all-reduce is as many calls in closed form as in the measured step (a busbw curve
+    runs each at its mean size): torch DDP's buckets (1 MiB, then 25 MiB, in the backward's order) under
+    pure replication, 5 to 11 of them here; one call where TP replicas sync their gradients."""
+    cfg = load_config(
+        None,
+        ["model.dim=512", "model.n_layers=8", "model.n_heads=8", "data.seq_len=256"]
+        + ["train.micro_batch_size=2", "train.global_batch_size=8"]
+        + replication,
+    )
+    dims = preflight(cfg, 4)
+    m = model_of(cfg, vocab)
+    step = analytic.StepShape(
+        accumulation=1,
+        microbatches=1,
+        batch=2,
+        chunks=1,
+        sequence_parallel=False,
+        loss_parallel=False,
+        recompute=False,
+    )
+    row = ("all_reduce", "dp_replicate")
+    counted = {
+        (c.kind, c.dim): c.count
+        for c in analytic.collectives(m, dims, step, analytic.rank_shards(m, dims, 1, 0))
+    }
+    measured = {(c.kind, c.dim): c.count for c in measure_step_comm(cfg, 4, 0, vocab)}
+    assert counted[row] == measured[row]
+    assert measured[row] > 1 if dims.tp == 1 else measured[row] == 1
+
+
 def test_search_ranks_valid_layouts_and_agrees_with_the_plan():
     """World size 8, 4 GPUs per node: every result is a valid layout, sorted by predicted step time, within
     the GPU; the memory and step time of a pipeline and of a non-pipeline layout equal what `exatrain plan

@@ -219,6 +219,48 @@ def test_on_cpu_nodes_communication_adds_to_the_step():
     assert t.step_time_s == pytest.approx(0.12288 + 0.032)
 
 
+def test_a_measured_busbw_curve_sets_each_collectives_bandwidth_by_its_size():
+    """With nccl-tests' busbw by message size (intra_node_busbw_curve), a collective runs at the curve's
+    busbw at its mean call size, interpolated in log size between the measured points and held at the
+    end points beyond them; without one, at the single figure whatever the size."""
+    curve = ((2**20, 40.0), (2**22, 80.0), (2**28, 200.0))
+    hw = Hardware(**{**HW.__dict__, "intra_node_busbw_curve": curve})
+    assert estimate.bus_bandwidth(hw, False, 2**20) == 40.0
+    assert estimate.bus_bandwidth(hw, False, 2**21) == pytest.approx(60.0)  # halfway in log size
+    assert estimate.bus_bandwidth(hw, False, 2**25) == pytest.approx(80.0 + 120.0 * 3 / 6)
+    assert estimate.bus_bandwidth(hw, False, 2**10) == 40.0  # below the smallest point: its value
+    assert estimate.bus_bandwidth(hw, False, 2**33) == 200.0  # above the largest: its value
+    assert estimate.bus_bandwidth(hw, True, 2**21) == 25.0  # no inter-node curve: the one figure
+    assert estimate.bus_bandwidth(HW, False, 2**21) == 100.0  # no curve at all
+    # 16 all-reduces of 2 MiB over 2 ranks: S x 2(1/2) / 60 GB/s; with the figure, / 100 GB/s
+    nbytes = 16 * 2**21
+    assert estimate.collective_seconds("all_reduce", nbytes, 2, False, hw, calls=16) == pytest.approx(
+        nbytes / 60e9
+    )
+    assert estimate.collective_seconds("all_reduce", nbytes, 2, False, HW, calls=16) == pytest.approx(
+        nbytes / 100e9
+    )
+    # the step takes the count of calls from the measured collective: the same 2 MiB calls, exposed (TP)
+    tp = Collective("all_reduce", "tp", 2, 16, nbytes, (0, 1))
+    assert estimate.step_time(_inputs(), [tp], hw).breakdown["exposed_comm_s"] == pytest.approx(nbytes / 60e9)
+
+
+def test_busbw_curves_are_parsed_and_validated():
+    """A profile's curve is a list of [bytes, GB/s] pairs in increasing size; anything else is an error
+    naming the key with a HINT showing the form."""
+    from exatrain.config.load import read_toml
+
+    data = read_toml(str(PROFILE_DIR / "lumi-g.toml"))
+    table = {"matmul_tflops": 150, "inter_node_busbw_curve": [[1024, 0.5], [268435456, 21.25]]}
+    hw = profile_from_dict({**data, "hardware": table}).hardware
+    assert hw.inter_node_busbw_curve == ((1024.0, 0.5), (268435456.0, 21.25))
+    assert hw.intra_node_busbw_curve == ()
+    for bad in ([[1024, 0.5], [512, 1.0]], [[1024, -1.0]], [[1024]], 3.0, [["1k", 2.0]]):
+        with pytest.raises(ConfigError, match="inter_node_busbw_curve") as e:
+            profile_from_dict({**data, "hardware": {"inter_node_busbw_curve": bad}})
+        assert "[[1048576, 36.2]" in e.value.hint
+
+
 def test_hardware_table_is_parsed_and_validated(tmp_path):
     from exatrain.config.load import read_toml
 

@@ -36,6 +36,7 @@ PAGE = ROOT / "docs/plan-validation.md"
 HW_KEYS = ("peak_tflops", "matmul_tflops", "intra_node_busbw_gbs", "inter_node_busbw_gbs", "hbm_gbs")
 # a machine's own measured attention rate, where the data file has one (the doctor's, runs measured here)
 OPTIONAL_HW_KEYS = ("attention_tflops",)
+CURVE_KEYS = ("intra_node_busbw_curve", "inter_node_busbw_curve")  # nccl-tests' busbw by message size
 
 
 def measured_step_s(run: dict) -> float:
@@ -92,7 +93,10 @@ def predict(run: dict, hw: dict | None = None):
     cfg = load_config(None, overrides)
     dims = preflight(cfg, run["gpus"])
     # a one-GPU machine measured here has no busbw (Hardware's 0.0: unused without collectives)
-    hardware = Hardware(**{k: float(hw[k]) for k in HW_KEYS + OPTIONAL_HW_KEYS if k in hw})
+    hardware = Hardware(
+        **{k: float(hw[k]) for k in HW_KEYS + OPTIONAL_HW_KEYS if k in hw},
+        **{k: tuple((float(b), float(g)) for b, g in hw[k]) for k in CURVE_KEYS if k in hw},
+    )
     params = total_params(cfg, run["vocab"])
     return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, run_code(run))
 
@@ -208,6 +212,22 @@ def test_page_prints_the_hardware_constants():
     assert "| constant | " + " | ".join(m["name"] for m in machines) + " | where from |" in text
     for key in HW_KEYS + ("gpus_per_node",):
         assert f"| `{key}` | " + " | ".join(f"{m[key]:g}" for m in machines) + " |" in text, key
+    # the busbw curves: their sizes, a copy named as such, or none; the points the row quotes are the data's
+    cells = []
+    for i, m in enumerate(machines):
+        curve = m.get("intra_node_busbw_curve")
+        same = [e["name"] for e in machines[:i] if curve and e.get("intra_node_busbw_curve") == curve]
+        cells.append(f"as {same[0]}" if same else f"{len(curve)} sizes" if curve else "none")
+    row = next(line for line in text.splitlines() if line.startswith("| `intra_node_busbw_curve` |"))
+    assert row.startswith("| `intra_node_busbw_curve` | " + " | ".join(cells) + " |"), row
+    points = {
+        (name, float(gbs), int(size) * 2**20 if unit == "MiB" else int(size) * 2**30)
+        for name, quoted in (("a100-80gb", row.split("; H100")[0]), ("h100-80gb", row.split("; H100")[1]))
+        for gbs, size, unit in re.findall(r"(\d+\.\d+)(?: GB/s)? at (\d+) (MiB|GiB)", quoted)
+    }
+    assert len(points) == 8
+    for name, gbs, size in points:
+        assert [size, gbs] in DATA["hardware"][name]["intra_node_busbw_curve"], (name, gbs, size)
 
 
 def test_planning_page_quotes_the_same_figures():
@@ -243,7 +263,8 @@ def test_the_result_paragraph_states_the_tables_groups(records):
         assert f"{len(records) - len(slow)} of the {len(records)} predictions are too fast" in text
         ids = _and_list([r["id"] for r in slow])
         slow_by = _and_list([f"{round(r['error'] * 100)} %" for r in slow])
-        assert f"{ids} are predicted {slow_by} slow" in text, f"{ids} are predicted {slow_by} slow"
+        verb = "is" if len(slow) == 1 else "are"
+        assert f"{ids} {verb} predicted {slow_by} slow" in text, f"{ids} {verb} predicted {slow_by} slow"
     else:
         assert f"All {len(records)} predictions are too fast" in text
     number = {run["id"]: DATA["source"][run["source"]]["number"] for run in DATA["run"]}
@@ -347,11 +368,18 @@ def _errors_with_machines(changes: dict[str, dict]) -> dict[str, float]:
     return out
 
 
-# the data sheets' figures the measured constants replaced on 2026-11-28 (docs/plan-validation.md)
+# the data sheets' figures the measured constants replaced on 2026-11-28 (docs/plan-validation.md); a data
+# sheet has no busbw by size, so the readings drop the measured curves too
+NO_CURVE = {"intra_node_busbw_curve": []}
 DATA_SHEETS = {
-    "a100-80gb": {"intra_node_busbw_gbs": 300.0, "inter_node_busbw_gbs": 200.0, "hbm_gbs": 2039.0},
-    "a100-80gb-jz": {"intra_node_busbw_gbs": 300.0, "hbm_gbs": 2039.0},
-    "h100-80gb": {"intra_node_busbw_gbs": 450.0, "hbm_gbs": 3350.0},
+    "a100-80gb": {
+        "intra_node_busbw_gbs": 300.0,
+        "inter_node_busbw_gbs": 200.0,
+        "hbm_gbs": 2039.0,
+        **NO_CURVE,
+    },
+    "a100-80gb-jz": {"intra_node_busbw_gbs": 300.0, "hbm_gbs": 2039.0, **NO_CURVE},
+    "h100-80gb": {"intra_node_busbw_gbs": 450.0, "hbm_gbs": 3350.0, **NO_CURVE},
 }
 
 

@@ -4,6 +4,8 @@ states. The table itself, its readings and its inputs: tests/unit/test_plan_vali
 
 from __future__ import annotations
 
+import pytest
+
 from exatrain.models import ModelShape
 from exatrain.tools.plan import estimate, traffic
 from tests.unit.test_plan_validation import (
@@ -22,9 +24,25 @@ from tests.unit.test_plan_validation import (
 )
 
 
+@pytest.fixture(scope="module")
+def records():
+    return rows()
+
+
+def _busbw_without_curves(monkeypatch) -> None:
+    """The machines as the page had them before 2026-11-28's busbw curves (the last history bullet): one
+    busbw figure per machine, every collective at it whatever its size."""
+    machines = {
+        name: {k: v for k, v in hw.items() if not k.endswith("_curve")}
+        for name, hw in DATA["hardware"].items()
+    }
+    monkeypatch.setitem(DATA, "hardware", machines)
+
+
 def _products_at_the_matmul_rate(monkeypatch) -> None:
-    """The model as it was before 2026-11-28's roofline of the materialised attention's products (the last
-    history bullet): their FLOPs at matmul_tflops whatever bytes they move."""
+    """The model as it was before 2026-11-28's roofline of the materialised attention's products (the
+    bullet before the last): their FLOPs at matmul_tflops whatever bytes they move; and no busbw curves."""
+    _busbw_without_curves(monkeypatch)
     monkeypatch.setattr(
         estimate, "products_seconds", lambda flops, nbytes, hw: flops / (hw.matmul_tflops * 1e12)
     )
@@ -178,9 +196,10 @@ def _flops_per_byte(head_dim: int, seq_len: int = 2048) -> float:
 
 
 def test_the_history_of_the_attention_products_roofline(monkeypatch):
-    """The last history bullet: the materialised attention's products at their roofline; the rows of the
+    """The bullet before the last: the materialised attention's products at their roofline; the rows of the
     codes that keep the scores in memory and the table's figures, recomputed (the LUMI rows unmoved), and
     the FLOPs per byte it quotes."""
+    _busbw_without_curves(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     ridge = {
         m: DATA["hardware"][m]["matmul_tflops"] / DATA["hardware"][m]["hbm_gbs"] * 1e3
@@ -207,6 +226,43 @@ def test_the_history_of_the_attention_products_roofline(monkeypatch):
     assert all(
         now[k] > before[k] for k in now if k.startswith(("megatron-", "korthikanti-", "bloom-"))
     )  # slower
+
+
+def test_the_history_of_the_busbw_curves(monkeypatch, records):
+    """The last history bullet: the A100 and H100 collectives at their own size's busbw; the rows it moved,
+    the table's figures, and the rows it did not move (MPT, LUMI), recomputed."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = (
+        f"{_changed_rows(now)}; {_pipelined_megatron(now)}; {_korthikanti(now)} (over the {len(now)} runs "
+    )
+    stated += f"median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    curves = {k for k, hw in DATA["hardware"].items() if "intra_node_busbw_curve" in hw}
+    assert curves == {"a100-80gb", "a100-80gb-jz", "h100-80gb"}
+    # one micro batch's activations, 16-bit, per tensor-parallel all-reduce of the runs of [1], [4], [6]
+    number = {k: v.get("number") for k, v in DATA["source"].items()}
+    sizes = [
+        r["micro_batch"] * r["seq_len"] * r["dim"] * 2
+        for r in DATA["run"]
+        if number[r["source"]] in (1, 4, 6) and r["tp"] > 1
+    ]
+    curve = tuple(tuple(p) for p in DATA["hardware"]["a100-80gb"]["intra_node_busbw_curve"])
+    low, high = (estimate.curve_at(curve, size) for size in (min(sizes), max(sizes)))
+    stated = f"{round(min(sizes) / 1e6)} to {round(max(sizes) / 1e6)} MB, where the curve is {round(low)} to "
+    stated += f"{round(high)} GB/s, not {DATA['hardware']['a100-80gb']['intra_node_busbw_gbs']} at every size"
+    assert stated in text, stated
+    _busbw_without_curves(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    assert all(before[k] == now[k] for k in now if k.startswith(("mpt-", "lumi-")))
+    assert before["megatron-1.7b"] == now["megatron-1.7b"]  # no tensor parallelism; DP across nodes
+    # the rows whose tensor-parallel calls are below the 256 MiB line, slower
+    small = [
+        r["id"] for r in DATA["run"] if r["id"] in now and r["tp"] > 1 and number[r["source"]] in (1, 4, 6)
+    ]
+    small = [i for i, size in zip(small, sizes) if size < 2**28]
+    assert len(small) == 13 and all(now[k] > before[k] for k in small)
 
 
 def test_the_history_of_the_mpt_runs_norms(monkeypatch):

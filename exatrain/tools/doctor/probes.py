@@ -229,7 +229,8 @@ def memory_gbs(device: torch.device, elements: int = 0, iters: int = 5) -> tuple
 def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 0.0) -> list[str]:
     """The [hardware] table measured here, to paste into a copy of the site profile (docs/planning.md):
     the slowest rank's matmul TF/s and memory bandwidth, and the busbw of the sweep's largest all_reduce as
-    intra-node (all ranks on one node) or inter-node bandwidth (ranks on several nodes)."""
+    intra-node (all ranks on one node) or inter-node bandwidth (ranks on several nodes), with the whole sweep
+    as that bandwidth's curve by message size."""
     slowest = min(reports, key=lambda r: r["matmul_tflops"])
     lines = [
         "[hardware]",
@@ -261,6 +262,10 @@ def hardware_lines(reports: list[dict], sweep: list[dict], peak_tflops: float = 
             f"{key} = {big['busbw_gbs']:.4g}  # measured: all_reduce busbw of {big['bytes']} bytes over "
             f"{len(reports)} ranks on {nodes} node(s)"
         )
+        if len(sweep) > 1:  # by size: the plan runs each collective at its own size's busbw
+            points = ", ".join(f"[{s['bytes']}, {s['busbw_gbs']:.4g}]" for s in sweep)
+            curve = key.replace("_gbs", "_curve")
+            lines.append(f"{curve} = [{points}]  # measured: the same sweep, [bytes, busbw GB/s] by size")
         if nodes > 1 and any(r.get("visible_gpus", 0) > r.get("ranks_on_node", 0) for r in reports):
             # the step-time model reads the inter-node busbw as a group of whole nodes' and gives groups
             # with fewer ranks per node their share of it (estimate.node_links_share)

@@ -53,6 +53,29 @@ def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[
     return out
 
 
+DDP_BUCKET_CAPS = (1024**2, 25 * 1024**2)  # torch DDP: its first bucket's cap, then bucket_cap_mb's default
+
+
+def ddp_buckets(m: Model, shards: RankShards) -> int:
+    """How many all-reduces torch's DDP issues per step for this rank's gradients (pure replication: with TP
+    or PP exatrain syncs them otherwise). Its reducer rebuilds the buckets in the order the gradients became
+    ready in a backward (the head and final norm, the blocks from the last, each from w2 back to its first
+    norm, then the embeddings) and fills each until it reaches its cap (_compute_bucket_assignment_by_size:
+    1 MiB the first, 25 MiB the others). A row's busbw is that of its mean call size (estimate.bus_bandwidth),
+    so the count matters where the profile has a busbw curve."""
+    d, hidden = m.shape.dim, m.shape.dim * m.shape.mlp_ratio
+    block = [d * hidden, hidden * d, d, d * d, d * d, d * d, d * d, d]  # w2, w1, norm2, wo, wv, wk, wq, norm1
+    sizes = [m.vocab * d, d] if shards.last else []  # the head, the final norm
+    sizes += block * sum(shards.blocks)
+    sizes += [m.seq_len * d, m.vocab * d] if shards.first else []  # the position and token tables
+    count, filled = 0, 0
+    for n in sizes:
+        filled += n * m.grad_bytes
+        if filled >= DDP_BUCKET_CAPS[min(count, 1)]:
+            count, filled = count + 1, 0
+    return count + (1 if filled else 0)
+
+
 def _shard(rows: int, cols: int, n: int) -> int:
     """Elements rank 0 holds of a (rows, cols) tensor split along dim 0 into n (FSDP2: ceil)."""
     return math.ceil(rows / n) * cols
@@ -161,7 +184,12 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         add("all_gather", "dp_shard", (n_units - 1) * step.accumulation, (units - block) * step.accumulation)
         add("reduce_scatter", "dp_shard", n_units, shards.all_units_bytes)
     if dims.dp_replicate > 1:  # DDP's buckets, or HSDP's all-reduce of the reduced shards (one per unit)
-        count = sum(shards.blocks) + 1 if dims.fsdp else 1
+        if dims.fsdp:
+            count = sum(shards.blocks) + 1
+        elif dims.tp > 1 or dims.pp > 1:  # one all-reduce of all gradients (TP replicas' sync, pipelines)
+            count = 1
+        else:
+            count = ddp_buckets(m, shards)
         grads = shards.grad_bytes or shards.param_elements * 4
         add("all_reduce", "dp_replicate", count, grads * m.grad_bytes // 4)
     if dims.pp > 1:

@@ -9,6 +9,7 @@ documented in docs/planning.md; the names below follow it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -86,7 +87,7 @@ class PublishedRatio:
     high: float
 
 
-PUBLISHED = PublishedRatio(runs=27, low=1.04, median=1.15, high=1.81)
+PUBLISHED = PublishedRatio(runs=27, low=0.98, median=1.13, high=1.81)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
 # nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
 SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.70, median=2.70, high=5.58)
@@ -164,15 +165,45 @@ def constants_note(source: str) -> str:
 
 
 def collective_seconds(
-    kind: str, nbytes: int, group_size: int, crosses_nodes: bool, hw, node_share: float = 1.0
+    kind: str,
+    nbytes: int,
+    group_size: int,
+    crosses_nodes: bool,
+    hw,
+    node_share: float = 1.0,
+    calls: int = 1,
 ) -> float:
     """nccl-tests' model of one collective: S x busbw factor / busbw of the links its group crosses
-    (send/recv and broadcast: factor 1). `node_share`: the part of a node's inter-node links this group
-    gets (node_links_share); nccl-tests' busbw across nodes is that of a group holding whole nodes."""
+    (send/recv and broadcast: factor 1), `nbytes` the S of `calls` calls together. `node_share`: the part of
+    a node's inter-node links this group gets (node_links_share); nccl-tests' busbw across nodes is that of
+    a group holding whole nodes. With a measured busbw curve the calls run at its busbw at their mean size."""
     if group_size <= 1 or nbytes == 0:
         return 0.0
-    busbw = (hw.inter_node_busbw_gbs * node_share if crosses_nodes else hw.intra_node_busbw_gbs) * 1e9
+    busbw = bus_bandwidth(hw, crosses_nodes, nbytes / max(1, calls)) * 1e9
+    if crosses_nodes:
+        busbw *= node_share
     return nbytes * BUS_FACTOR.get(kind, lambda n: 1.0)(group_size) / busbw
+
+
+def bus_bandwidth(hw, crosses_nodes: bool, size: float) -> float:
+    """The busbw (GB/s) of one call of `size` bytes: the profile's curve at that size where it has one
+    (nccl-tests' all-reduce busbw by message size: small messages are bound by latency, not by the links),
+    else its one figure, which is a large message's."""
+    curve = hw.inter_node_busbw_curve if crosses_nodes else hw.intra_node_busbw_curve
+    if not curve:
+        return hw.inter_node_busbw_gbs if crosses_nodes else hw.intra_node_busbw_gbs
+    return curve_at(curve, size)
+
+
+def curve_at(curve, size: float) -> float:
+    """A [(bytes, value), ...] table at `size`: linear in log size between its points, its first and last
+    value beyond them (no extrapolation)."""
+    if size <= curve[0][0]:
+        return curve[0][1]
+    for (s0, v0), (s1, v1) in zip(curve, curve[1:]):
+        if size <= s1:
+            return v0 + (v1 - v0) * math.log(size / s0) / math.log(s1 / s0)
+    return curve[-1][1]
 
 
 def node_links_share(ranks, gpus_per_node: int) -> float:
@@ -195,7 +226,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
     for c in collectives:
         crosses = len({r // inputs.gpus_per_node for r in c.ranks}) > 1  # ranks fill nodes in order
         share = node_links_share(c.ranks, inputs.gpus_per_node) if crosses else 1.0
-        t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw, share)
+        t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw, share, c.count)
         comm[f"{c.kind} over {c.dim}"] = t
         if inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
             dp_total += t
