@@ -59,18 +59,17 @@ DDP_BUCKET_CAPS = (1024**2, 25 * 1024**2)  # torch DDP: its first bucket's cap, 
 def ddp_buckets(m: Model, shards: RankShards) -> int:
     """How many all-reduces torch's DDP issues per step for this rank's gradients (pure replication: with TP
     or PP exatrain syncs them otherwise). Its reducer rebuilds the buckets in the order the gradients became
-    ready in a backward (the head and final norm, the blocks from the last, each from w2 back to its first
-    norm, then the embeddings) and fills each until it reaches its cap (_compute_bucket_assignment_by_size:
+    ready in a backward (the head and final norm, the blocks from the last, each from w2 back, then the
+    embeddings) and fills each until it reaches its cap (_compute_bucket_assignment_by_size:
     1 MiB the first, 25 MiB the others). A row's busbw is that of its mean call size (estimate.bus_bandwidth),
     so the count matters where the profile has a busbw curve."""
-    d, hidden = m.shape.dim, m.shape.dim * m.shape.mlp_ratio
-    block = [d * hidden, hidden * d, d, d * d, d * d, d * d, d * d, d]  # w2, w1, norm2, wo, wv, wk, wq, norm1
-    sizes = [m.vocab * d, d] if shards.last else []  # the head, the final norm
-    sizes += block * sum(shards.blocks)
-    sizes += [m.seq_len * d, m.vocab * d] if shards.first else []  # the position and token tables
+    # each group of tensors in reverse of the model's order (_tensors lists blocks, tables, then the head)
+    head = _tensors(m, 1, False, shards.last, 0)[::-1]
+    blocks = _tensors(m, 1, False, False, sum(shards.blocks))[::-1]
+    tables = _tensors(m, 1, shards.first, False, 0)[::-1]
     count, filled = 0, 0
-    for n in sizes:
-        filled += n * m.grad_bytes
+    for rows, cols in head + blocks + tables:
+        filled += rows * cols * m.grad_bytes
         if filled >= DDP_BUCKET_CAPS[min(count, 1)]:
             count, filled = count + 1, 0
     return count + (1 if filled else 0)

@@ -331,24 +331,23 @@ def rank_work(
     )
 
 
-def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> float:
-    """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic):
-    the rank's share of the blocks (n_layers / pp), of the embeddings and the head (1 / pp), over the
-    tokens of its data-parallel shard, for the kernels `code` runs (Code)."""
+def average_rank(cfg: Config, dims: ParallelDims, vocab: int, code: Code):
+    """The kernels the average rank runs (for `code`, see Code) and its work per step: its share of the
+    blocks (n_layers / pp), of the embeddings and the head (1 / pp), over its data-parallel shard's tokens."""
     kernels = traffic_kernels(cfg, dims, vocab, code)
     share = 1 / dims.pp
-    work = rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
-    return traffic.step_bytes(kernels, work)
+    return kernels, rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
+
+
+def memory_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> float:
+    """Bytes the memory-bound kernels of the average rank move per step (exatrain.tools.plan.traffic)."""
+    return traffic.step_bytes(*average_rank(cfg, dims, vocab, code))
 
 
 def score_traffic(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> float:
     """Bytes the average rank's materialised attention products move per step (traffic.score_product_bytes;
-    0 with the fused kernel), over the same share of the blocks as memory_traffic."""
-    kernels = traffic_kernels(cfg, dims, vocab, code)
-    share = 1 / dims.pp
-    return traffic.score_product_bytes(
-        kernels, rank_work(cfg, dims, kernels.shape.n_layers * share, share, share)
-    )
+    0 with the fused kernel)."""
+    return traffic.score_product_bytes(*average_rank(cfg, dims, vocab, code))
 
 
 def stage_loads(
