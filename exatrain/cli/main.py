@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         allow_abbrev=False,
         help="train the reference LM (here, under torchrun, srun or mpirun)",
-        epilog="Any --section.key=value sets a config value, e.g. --train.steps=100 --model.size=small.",
+        epilog="Any --section.key=value (or --section.key value) sets a config value, "
+        "e.g. --train.steps=100 --model.size=small.",
     )
     t.add_argument("-c", "--config", help="TOML configuration file")
     t.add_argument(
@@ -85,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         help="check a parallel layout for N ranks in one process: memory per GPU, with --time the step time, "
         "--search the fastest layouts, --target-tokens wall time and cost",
-        epilog="Any --section.key=value sets a config value, e.g. --parallel.tp=8 --model.size=xl.",
+        epilog="Any --section.key=value (or --section.key value) sets a config value, "
+        "e.g. --parallel.tp=8 --model.size=xl.",
     )
     pl.add_argument("-c", "--config", help="TOML configuration file")
     pl.add_argument("--world-size", type=int, required=True, help="ranks (GPUs) of the job, up to 16384")
@@ -367,7 +369,8 @@ def _add_job_commands(sub) -> None:
         "scale",
         allow_abbrev=False,
         help="scaling study here: train at several local world sizes, then write the report",
-        epilog="Any --section.key=value sets a config value for every run, e.g. --train.steps=50.",
+        epilog="Any --section.key=value (or --section.key value) sets a config value for every run, "
+        "e.g. --train.steps=50.",
     )
     _config_options(sc, "TOML configuration file (with a [job] section for --nodes)")
     sizes = sc.add_mutually_exclusive_group(required=True)
@@ -448,6 +451,30 @@ def _renamed(argv: list[str]) -> list[str]:
     return out
 
 
+OVERRIDE_COMMANDS = ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale", "doctor")
+
+
+def _joined_overrides(argv: list[str]) -> list[str]:
+    """`--section.key value` as `--section.key=value`, the two forms argparse users write: joined before
+    argparse reads the words, so that the value is not taken for the deprecated positional config file."""
+    if not argv or argv[0] not in OVERRIDE_COMMANDS:
+        return argv
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        name = word[2:]
+        if word.startswith("--") and "=" not in word and "." in name and not name.startswith("."):
+            value = next(words, None)
+            if value is None or value.startswith("--"):
+                out.append(word)  # no value: left for _overrides to refuse with its HINT
+                if value is not None:
+                    out.append(value)
+                continue
+            word = f"{word}={value}"
+        out.append(word)
+    return out
+
+
 def _override_taken_for_a_file(args, extra: list[str]) -> list[str]:
     """argparse reads an argument with a space as a positional even when it starts with ``--``
     (``--run.dir=my runs/x``): such a word is an override, not the deprecated positional config file."""
@@ -517,7 +544,7 @@ def _overrides(command: str, extra: list[str]) -> list[str]:
         raise ExatrainError(
             f"unrecognised argument(s) of `exatrain {command}`: {' '.join(bad)}",
             (f"`exatrain {command} --help` lists its options; " if options else "")
-            + "config values are written --section.key=value (with '='), e.g. --train.steps=100",
+            + "config values are written --section.key=value or --section.key value, e.g. --train.steps=100",
         )
     return extra
 
@@ -529,12 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     target = None
     if argv[:1] == ["run"]:
         argv, target = split_run_argv(parser, argv)
-    args, extra = parser.parse_known_args(_renamed(argv))
+    args, extra = parser.parse_known_args(_joined_overrides(_renamed(argv)))
     args.target = target
     try:
         extra = _override_taken_for_a_file(args, extra)
         _resolve_config(args)
-        if args.command in ("train", "env", "config", "plan", "sbatch", "cost", "submit", "scale", "doctor"):
+        if args.command in OVERRIDE_COMMANDS:
             extra = _overrides(args.command, extra)
         elif extra:  # the command's own usage and name, as argparse gives them for its other errors
             parser.commands[args.command].error(f"unrecognised arguments: {' '.join(extra)}")

@@ -1,6 +1,8 @@
 """One CLI grammar (issue "House in order"): -c/--config everywhere, the older spellings still accepted with a
 note for one release, `sbatch` an alias of `submit --dry-run`, grouped top-level help."""
 
+import json
+
 import pytest
 
 from exatrain.cli.main import COMMAND_GROUPS, build_parser, main
@@ -142,3 +144,27 @@ def test_a_closed_pipe_stops_quietly():
         executable="/bin/bash",
     )
     assert len(r.stdout) == 10 and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def test_a_config_value_may_follow_its_key_after_a_space(job, capsys):
+    """`--model.n_layers 32`, as argparse users write options, means `--model.n_layers=32`: the same plan, and
+    the value is not taken for the deprecated positional config file; a key without a value still gets the
+    HINT naming both forms."""
+    shape = ["--world-size", "8", "--json", "--train.global_batch_size=128"]
+
+    def plan(*words: str) -> dict:
+        assert main(["plan", *shape, *words]) == 0
+        report = json.loads(capsys.readouterr().out)
+        report.pop("elapsed_s")  # the only field that differs between two runs of one plan
+        return report
+
+    joined = plan("--model.n_layers=6", "--parallel.tp=2")
+    assert plan("--model.n_layers", "6", "--parallel.tp", "2") == joined
+    assert plan() != joined  # the values were read, not dropped
+    assert main(["sbatch", "--job.nodes", "2", job]) == 0  # the positional file after a spaced value
+    out = capsys.readouterr()
+    assert "#SBATCH --nodes=2" in out.out and "deprecated" in out.err
+    assert main(["plan", "--world-size", "8", "--model.n_layers"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognised argument(s) of `exatrain plan`: --model.n_layers" in err
+    assert "--section.key=value or --section.key value" in err
