@@ -73,7 +73,7 @@ def cmd_plan(args, overrides: list[str]) -> int:
         if args.time:
             hardware = check_hardware(profile.hardware, args.site, args.world_size, per_node)
     if args.search:
-        return _search(cfg, args, hardware, per_node, gpu_gb)
+        return _search(cfg, args, hardware, per_node, gpu_gb, profile)
     plan = make_plan(
         cfg, args.world_size, gpu_gb, args.vocab_size, hardware=hardware, gpus_per_node=per_node, comm=True
     )
@@ -90,21 +90,61 @@ def _with_target(plan, cfg, tokens: int, profile):
     """The plan with wall time and billing units to `tokens` tokens (exatrain.tools.plan.target)."""
     import dataclasses
 
-    from exatrain.models import configured_shape
-    from exatrain.tools.plan.planner import shape_params
+    from exatrain.tools.plan.estimate import PublishedRatio
     from exatrain.tools.plan.target import target_cost
 
-    shape = configured_shape(cfg.model)
-    what = (
-        f"a {shape_params(cfg, plan.vocab_size) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
-        f"width {shape.dim}, sequence length {plan.seq_len})"
-    )
     tokens_per_step = cfg.train.global_batch_size * plan.seq_len
-    target = target_cost(tokens, tokens_per_step, plan.time["step_time_s"], plan.world_size, profile, what)
+    what = _model_words(cfg, plan.vocab_size)
+    ratio = PublishedRatio(**plan.time["published_ratio"])
+    target = target_cost(
+        tokens, tokens_per_step, plan.time["step_time_s"], plan.world_size, profile, what, ratio
+    )
     return dataclasses.replace(plan, target=target.to_dict())
 
 
-def _search(cfg, args, hardware, per_node: int, gpu_gb) -> int:
+def _model_words(cfg, vocab: int) -> str:
+    """The configured model in the words of a resource application's sentence."""
+    from exatrain.models import configured_shape
+    from exatrain.tools.plan.planner import shape_params
+
+    shape = configured_shape(cfg.model)
+    return (
+        f"a {shape_params(cfg, vocab) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
+        f"width {shape.dim}, sequence length {cfg.data.seq_len})"
+    )
+
+
+def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
+    """The search's layouts with wall time and billing units to `tokens` tokens, and the fastest one's
+    whole target (its sentence for a resource application): every layout trains on the same global batch,
+    so the wall times rank as the step times do."""
+    import dataclasses
+
+    from exatrain.tools.plan.estimate import PublishedRatio
+    from exatrain.tools.plan.target import target_cost
+
+    tokens_per_step = cfg.train.global_batch_size * cfg.data.seq_len
+    what = _model_words(cfg, vocab)
+    targets = [
+        target_cost(
+            tokens,
+            tokens_per_step,
+            lay.step_time_s,
+            result.world_size,
+            profile,
+            what,
+            PublishedRatio(**lay.published_ratio),
+        )
+        for lay in result.layouts
+    ]
+    layouts = [
+        dataclasses.replace(lay, wall_time_h=t.wall_time_h, units=t.units)
+        for lay, t in zip(result.layouts, targets, strict=True)
+    ]
+    return dataclasses.replace(result, layouts=layouts, target=targets[0].to_dict())
+
+
+def _search(cfg, args, hardware, per_node: int, gpu_gb, profile) -> int:
     """`exatrain plan --search`: the fastest valid layouts that fit (exatrain.tools.plan.search)."""
     import json
 
@@ -119,13 +159,10 @@ def _search(cfg, args, hardware, per_node: int, gpu_gb) -> int:
         )
     if args.top < 1:
         raise ConfigError(f"--top must be at least 1, got {args.top}", "pass e.g. --top 5")
-    if args.target_tokens is not None:
-        raise ConfigError(
-            "--target-tokens works on one layout, not with --search",
-            "run --search first, then plan the chosen layout (its printed options) with --target-tokens",
-        )
     vocab = args.vocab_size or default_vocab(cfg)[0]
     result = search(cfg, args.world_size, vocab, hardware, per_node, gpu_gb, args.top)
+    if args.target_tokens is not None:
+        result = _search_with_target(result, cfg, int(args.target_tokens), vocab, profile)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

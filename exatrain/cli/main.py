@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-tokens",
         type=float,
         help="also predict wall time and billing units to train on this many tokens, e.g. 300e9 "
-        "(implies --time)",
+        "(implies --time; with --search, for every listed layout)",
     )
     pl.add_argument(
         "--search",

@@ -403,7 +403,8 @@ def test_text_output_gives_the_published_range_of_the_step_and_the_wall_time(exa
     step = float(re.search(r"predicted step: ([\d.]+) ms", r.stdout).group(1))
     low, high = estimate.PUBLISHED.low, estimate.PUBLISHED.high
     m = re.search(
-        r"published GPU runs took ([\d.]+)-([\d.]+) x the model's step .*: ([\d.]+)-([\d.]+) ms here",
+        rf"the {estimate.PUBLISHED.runs} published training runs took ([\d.]+)-([\d.]+) x the model's step "
+        r".*: ([\d.]+)-([\d.]+) ms here",
         r.stdout,
     )
     assert m, r.stdout
@@ -461,7 +462,11 @@ def test_json_has_the_prediction(exatrain_cli, tmp_path):
     assert plan["cost"]["unit"] == "core-hours" and plan["cost"]["rule"] == "whole-node"
     # where real steps fell around the prediction on the published runs, and the wall time and units at it
     ratio = plan["published_ratio"]  # its values: test_plan_validation.py checks them against the table
-    assert set(ratio) == {"runs", "low", "median", "high"} and ratio["low"] < ratio["median"] < ratio["high"]
+    assert (
+        set(ratio) == {"runs", "low", "median", "high", "of"}
+        and ratio["low"] < ratio["median"] < ratio["high"]
+    )
+    assert ratio["of"] == "published training runs"  # FSDP within one node: the whole table's ratio
     low, high = ratio["low"], ratio["high"]
     assert plan["wall_time_range_h"] == pytest.approx([plan["wall_time_h"] * low, plan["wall_time_h"] * high])
     assert plan["cost"]["units_range"] == pytest.approx(
@@ -576,3 +581,74 @@ def test_a_layout_sharding_its_parameters_over_nodes_is_said_unvalidated(exatrai
     across = [lay for lay in layouts if lay["degrees"]["dp_shard"] * lay["degrees"]["tp"] > 8]
     assert across and all("parameters sharded over 2 nodes" in lay["why"] for lay in across)
     assert all("sharded over" not in lay["why"] for lay in layouts if lay not in across)
+
+
+def test_a_layout_sharded_over_nodes_is_sized_at_the_zero3_runs_ratio(exatrain_cli):
+    """Where FSDP's group spans nodes, --time gives the published ZeRO-3 runs' measured / predicted step
+    (estimate.SHARDED_ACROSS_NODES) as the layout's ratio, and --target-tokens sizes the wall time, the units
+    and the sentence for a resource application at it, not at the whole table's (far narrower) range; the
+    same model on one node keeps the table's."""
+    args = ["plan", "--model.size=tiny", "--data.seq_len=64", "--train.micro_batch_size=2", "--site=lumi-g"]
+    args += ["--train.global_batch_size=32", "--target-tokens=1e9", "--json"]
+    r = exatrain_cli(*args, "--world-size=16", "--parallel.dp_shard=16")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    z = estimate.SHARDED_ACROSS_NODES
+    assert plan["published_ratio"] == {
+        "runs": z.runs,
+        "low": z.low,
+        "median": z.median,
+        "high": z.high,
+        "of": z.of,
+    }
+    assert plan["wall_time_range_h"] == pytest.approx(
+        [plan["wall_time_h"] * z.low, plan["wall_time_h"] * z.high]
+    )
+    assert plan["cost"]["units_range"] == pytest.approx(
+        [plan["cost"]["units"] * z.low, plan["cost"]["units"] * z.high]
+    )
+    sentence = plan["target"]["sentence"]
+    assert (
+        f"on 6 published training runs that sharded their parameters over 48 to 280 nodes (ZeRO-3) the "
+        f"measured step was {z.low:.2f} to {z.high:.2f} times the predicted one" in sentence
+    )
+    r = exatrain_cli(*args, "--world-size=8", "--parallel.dp_shard=8")
+    assert r.returncode == 0, r.stderr
+    one_node = json.loads(r.stdout)
+    p = estimate.PUBLISHED
+    assert (one_node["published_ratio"]["low"], one_node["published_ratio"]["high"]) == (p.low, p.high)
+    assert (
+        f"on {p.runs} published training runs the measured step was {p.low:.2f}"
+        in one_node["target"]["sentence"]
+    )
+
+
+def test_search_with_a_token_target_gives_each_layout_its_wall_time_and_units(exatrain_cli):
+    """`--search --target-tokens N` answers the planning question in one command: every listed layout gets
+    its wall time (steps x its predicted step) and billing units (`exatrain cost`'s code for the job's
+    nodes), and the fastest one the whole target with its sentence for a resource application; the layouts
+    train on the same global batch, so the wall times rank as the step times do."""
+    from exatrain.slurm.billing import estimate_cost
+    from exatrain.slurm.spec import JobSpec
+
+    args = ["plan", "--model.size=tiny", "--data.seq_len=64", "--site=juwels-booster", "--world-size=8"]
+    args += ["--train.global_batch_size=32", "--search", "--top=4", "--target-tokens=1e9"]
+    r = exatrain_cli(*args, "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    steps = -(-(10**9) // (32 * 64))
+    hourly = estimate_cost(JobSpec(nodes=2, gpus_per_node=4, time="01:00:00"), load_profile("juwels-booster"))
+    layouts = result["layouts"]
+    assert len(layouts) == 4
+    for lay in layouts:
+        assert lay["wall_time_h"] == pytest.approx(steps * lay["step_time_s"] / 3600)
+        assert lay["units"] == pytest.approx(lay["wall_time_h"] * hourly.units)
+    assert [lay["wall_time_h"] for lay in layouts] == sorted(lay["wall_time_h"] for lay in layouts)
+    target = result["target"]
+    assert target["steps"] == steps and target["wall_time_h"] == layouts[0]["wall_time_h"]
+    assert (target["nodes"], target["gpus_per_node"], target["unit"]) == (2, 4, "core-hours")
+    assert target["sentence"].startswith("Training a ") and f"{steps:,} steps" in target["sentence"]
+    r = exatrain_cli(*args, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("   to 1e+09 tokens: ") == 4
+    assert "for a resource application (the fastest layout): Training a " in r.stdout

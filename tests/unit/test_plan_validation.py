@@ -298,6 +298,12 @@ def test_the_ratio_the_plan_prints_is_this_tables(records):
         f"measured step was {p.low:.2f} to {p.high:.2f} times the predicted one (median {p.median:.2f})"
         in text
     )
+    # and the planning page, where it describes --target-tokens, with the ZeRO-3 runs' for layouts sharded
+    # over nodes (test_the_ratio_the_plan_prints_for_sharding_over_nodes_is_the_zero3_reading checks that one)
+    planning = " ".join((ROOT / "docs/planning.md").read_text().split())
+    z = estimate.SHARDED_ACROSS_NODES
+    assert f"step ratios ({p.low:.2f} to {p.high:.2f}, median {p.median:.2f}: [Validation]" in planning
+    assert f"over 48 to 280 nodes ({z.low:.2f} to {z.high:.2f}, median {z.median:.2f}:" in planning
 
 
 def test_the_runs_measured_here_are_printed_and_within_their_documented_error():
@@ -481,6 +487,7 @@ def test_the_ratio_the_plan_prints_for_sharding_over_nodes_is_the_zero3_reading(
     )
     nodes = [run["gpus"] // DATA["hardware"][run["hardware"]]["gpus_per_node"] for run in reading]
     assert f"({min(nodes)} to {max(nodes)} nodes)" in estimate.sharding_note(range(16), 8)
+    assert f"over {min(nodes)} to {max(nodes)} nodes (ZeRO-3)" in s.of  # the words of --target-tokens
     planning = " ".join((ROOT / "docs/planning.md").read_text().split())
     assert f"took {s.low:.2f} to {s.high:.2f} x the model's step" in planning
 

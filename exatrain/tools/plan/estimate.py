@@ -85,19 +85,38 @@ class PublishedRatio:
     low: float
     median: float
     high: float
+    of: str = "published training runs"  # which runs, in a sentence's words
 
 
 PUBLISHED = PublishedRatio(runs=27, low=0.98, median=1.13, high=1.81)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
 # nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
-SHARDED_ACROSS_NODES = PublishedRatio(runs=6, low=1.70, median=2.70, high=5.58)
+SHARDED_ACROSS_NODES = PublishedRatio(
+    runs=6,
+    low=1.70,
+    median=2.70,
+    high=5.58,
+    of="published training runs that sharded their parameters over 48 to 280 nodes (ZeRO-3)",
+)
+
+
+def _nodes(shard_ranks, gpus_per_node: int) -> int:
+    """How many nodes an FSDP group spans (ranks fill nodes in order; a CPU profile is one node)."""
+    return len({r // gpus_per_node for r in shard_ranks}) if gpus_per_node else 1
+
+
+def published_ratio(shard_ranks, gpus_per_node: int) -> PublishedRatio:
+    """The published runs' measured / predicted step that applies to a layout (`shard_ranks`: rank 0's FSDP
+    group, empty without FSDP): the ZeRO-3 runs' where its parameters are sharded over several nodes (the
+    model hides those gathers, which the published runs at that scale do not bear out), else the table's."""
+    return SHARDED_ACROSS_NODES if _nodes(shard_ranks, gpus_per_node) > 1 else PUBLISHED
 
 
 def sharding_note(shard_ranks, gpus_per_node: int) -> str | None:
     """A warning for a layout whose parameters are sharded over several nodes (`shard_ranks`: rank 0's FSDP
     group): the model takes the gathers as hidden behind the compute, which no published run at that scale
     bears out, so a search must not be trusted to rank such layouts by their predicted step."""
-    nodes = len({r // gpus_per_node for r in shard_ranks}) if gpus_per_node else 1
+    nodes = _nodes(shard_ranks, gpus_per_node)
     if nodes < 2:
         return None
     r = SHARDED_ACROSS_NODES

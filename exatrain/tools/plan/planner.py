@@ -10,7 +10,7 @@ against a GPU memory size.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from exatrain.config import Config
 from exatrain.distributed.parallel_dims import ParallelDims
@@ -227,7 +227,8 @@ def _predict(
         max(s.param_elements for s in shards),
         own_code(gpus_per_node),
     )
-    return estimate.step_time(inputs, collectives, hardware)
+    st = estimate.step_time(inputs, collectives, hardware)
+    return replace(st, published_ratio=published_ratio(dims, gpus_per_node))
 
 
 def step_inputs(
@@ -283,6 +284,12 @@ def own_code(gpus_per_node: int) -> Code:
 def sharding_note(dims: ParallelDims, gpus_per_node: int) -> str | None:
     """estimate.sharding_note for a layout whose FSDP group may span nodes; none without FSDP."""
     return estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
+
+
+def published_ratio(dims: ParallelDims, gpus_per_node: int) -> dict:
+    """estimate.published_ratio of this layout, as the step time carries it (a dict, for --json)."""
+    group = analytic.shard_group(dims) if dims.fsdp else ()
+    return asdict(estimate.published_ratio(group, gpus_per_node))
 
 
 def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> traffic.Kernels:

@@ -83,8 +83,8 @@ def print_plan(plan: Plan) -> None:
         )
         r = t["published_ratio"]
         console.print(
-            f"  published GPU runs took {r['low']:.2f}-{r['high']:.2f} x the model's step (median "
-            f"{r['median']:.2f} x, {r['runs']} runs, docs/plan-validation.md): "
+            f"  the {r['runs']} {r['of']} took {r['low']:.2f}-{r['high']:.2f} x the model's step (median "
+            f"{r['median']:.2f} x, docs/plan-validation.md): "
             f"{t['step_time_s'] * r['low'] * 1e3:.2f}-{t['step_time_s'] * r['high'] * 1e3:.2f} ms here",
             highlight=False,
         )
@@ -119,8 +119,24 @@ def print_search(result) -> None:
         )
         print(f"   {lay.overrides}")
         print(f"   why: {lay.why}")
+        if result.target:
+            t = result.target
+            print(
+                f"   to {t['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
+                f"{num(lay.units)} {t['unit']}"
+            )
     print(
         "  - PREDICTIONS of the step-time model (docs/planning.md); memory and collectives counted in closed "
         "form (exatrain/tools/plan/analytic.py); check the chosen layout with `exatrain plan` and its options"
     )
     print(f"  - {constants_note(result.constants)}")
+    if result.target:
+        t = result.target
+        print(
+            f"  - to {t['target_tokens']:.3g} tokens: {t['steps']:,} steps of {t['nodes']} node(s) x "
+            f"{t['gpus_per_node']} GPUs, billed ({t['rule']} rule, partition {t['partition']}) "
+            f"{num(t['units_per_hour'])} {t['unit']} per hour; the fastest layout at the {t['ratio']['of']}' "
+            f"ratios: {num(t['wall_time_range_h'][0])}-{num(t['wall_time_range_h'][1])} h, "
+            f"{num(t['units_range'][0])}-{num(t['units_range'][1])} {t['unit']}"
+        )
+        print(f"for a resource application (the fastest layout): {t['sentence']}")

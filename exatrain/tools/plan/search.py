@@ -24,6 +24,7 @@ from exatrain.tools.plan.planner import (
     activation_spec,
     analytic_model,
     own_code,
+    published_ratio,
     rank_plan,
     sharding_note,
     step_inputs,
@@ -54,6 +55,9 @@ class Layout:
     breakdown: dict
     why: str
     overrides: str  # the command-line keys that select this layout
+    published_ratio: dict  # estimate.published_ratio: where real steps fell around such a prediction
+    wall_time_h: float | None = None  # with --target-tokens: to the target at the predicted step time
+    units: float | None = None  # with --target-tokens: billing units for that wall time
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -67,6 +71,7 @@ class SearchResult:
     layouts: list[Layout]  # the best `top`, fastest first
     elapsed_s: float
     constants: str = ""  # the [hardware] table's source (profiles.Hardware.source)
+    target: dict | None = None  # with --target-tokens: the fastest layout's target.TargetCost
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -233,6 +238,7 @@ def evaluate(
         breakdown=st.breakdown,
         why=_why(peak, st, dims, gpus_per_node),
         overrides=_overrides(cfg, dims),
+        published_ratio=published_ratio(dims, gpus_per_node),
     )
 
 

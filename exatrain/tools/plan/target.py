@@ -16,7 +16,7 @@ from exatrain.slurm.billing import estimate_cost
 from exatrain.slurm.profiles import SiteProfile
 from exatrain.slurm.spec import JobSpec
 from exatrain.slurm.timefmt import parse_slurm_time
-from exatrain.tools.plan.estimate import PUBLISHED
+from exatrain.tools.plan.estimate import PUBLISHED, PublishedRatio
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class TargetCost:
     explanation: str  # the billing arithmetic of one hour, from exatrain.slurm.billing
     jobs: int  # jobs of the partition's maximal time limit needed (1 when the partition has none)
     sentence: str  # for a resource application
+    ratio: dict  # the published runs' measured / predicted step the ranges apply (estimate.PublishedRatio)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,10 +68,18 @@ def _constants(profile: SiteProfile) -> str:
 
 
 def target_cost(
-    tokens: int, tokens_per_step: int, step_time_s: float, world_size: int, profile: SiteProfile, what: str
+    tokens: int,
+    tokens_per_step: int,
+    step_time_s: float,
+    world_size: int,
+    profile: SiteProfile,
+    what: str,
+    ratio: PublishedRatio = PUBLISHED,
 ) -> TargetCost:
     """Steps, wall time and billing units for `tokens` tokens at the predicted step time, and a sentence
-    naming the model (`what`), the hardware and the assumptions, to paste into a resource application."""
+    naming the model (`what`), the hardware and the assumptions, to paste into a resource application;
+    the range of both at `ratio`, the published runs' measured / predicted step that applies to the layout
+    (estimate.published_ratio)."""
     if tokens < 1:
         raise ConfigError(
             f"--target-tokens must be a positive number of tokens, got {tokens}",
@@ -85,15 +94,15 @@ def target_cost(
     part = profile.partition_named(hourly.partition)
     limit = parse_slurm_time(part.max_time) if part is not None and part.max_time else None
     jobs = math.ceil(wall_h * 3600 / limit) if limit else 1
-    low, high = PUBLISHED.low, PUBLISHED.high
+    low, high = ratio.low, ratio.high
     sentence = (
         f"Training {what} on {tokens:.3g} tokens ({steps:,} steps of {tokens_per_step:,} tokens) takes "
         f"{num(wall_h)} hours of wall time on {nodes} node(s) x {per_node} GPUs of {profile.name} "
         f"(partition {hourly.partition}) at a predicted {step_time_s:.3g} s per step, i.e. "
         f"{num(units)} {hourly.unit} under the site's {hourly.rule} billing rule. The step time is predicted "
         f"by exatrain plan from {_constants(profile)}; on "
-        f"{PUBLISHED.runs} published training runs the measured step was {low:.2f} to {high:.2f} times the "
-        f"predicted one (median {PUBLISHED.median:.2f}), which puts this training at {num(wall_h * low)} to "
+        f"{ratio.runs} {ratio.of} the measured step was {low:.2f} to {high:.2f} times the "
+        f"predicted one (median {ratio.median:.2f}), which puts this training at {num(wall_h * low)} to "
         f"{num(wall_h * high)} hours ({num(units * low)} to {num(units * high)} {hourly.unit}). Evaluation, "
         "checkpointing, restarts and queueing are not included, for which a margin should be added."
     )
@@ -113,4 +122,5 @@ def target_cost(
         explanation=f"({hourly.explanation}) per hour x {num(wall_h)} h = {num(units)} {hourly.unit}",
         jobs=jobs,
         sentence=sentence,
+        ratio=asdict(ratio),
     )
