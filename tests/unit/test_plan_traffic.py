@@ -365,3 +365,28 @@ def test_fsdp_accumulates_unsharded_gradients_in_fp32(tmp_path, param_dtype):
     assert acc[0] == 0 and add == acc[2] - acc[1]
     assert second - first == add - convert
     assert third == second
+
+
+def test_fsdp1_divides_as_torch_and_its_units_are_the_blocks_and_the_root():
+    """The `fsdp1` accumulation (published codes on torch's FSDP1; its bytes per unit are counted on real
+    FSDP1 ranks in tests/distributed/test_plan_fsdp1_traffic.py): the pre- and post-division factors are
+    torch's own for every data-parallel size from 1 to 4096, and a rank's bytes are those of its block units
+    (gathered twice per micro-batch) plus its root unit (embeddings, final norm, head; gathered once), whose
+    elements are the real model's parameters outside and inside the blocks."""
+    from torch.distributed.algorithms._comm_hooks.default_hooks import DefaultState
+
+    for n in range(1, 4097):
+        pre, post = traffic.fsdp1_divisors(n)
+        assert pre == DefaultState._get_gradient_predivide_factor(n) and post == n / pre, n
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    model = TransformerLM(shape, vocab, seq, 0.0)
+    in_blocks = sum(p.numel() for p in model.layers.parameters())
+    root = sum(p.numel() for p in model.parameters()) - in_blocks
+    k = traffic.Kernels(shape, vocab, seq, elem_bytes=2, param_bytes=2, accumulation="fsdp1")
+    k = replace(k, shard=8, data_parallel=8)
+    w = _whole_model(batch, seq, 3)
+    assert traffic.root_elements(k, w) == root
+    expected = traffic.fsdp1_gradient_bytes(in_blocks, in_blocks / 8, 3, 2, 8) + traffic.fsdp1_gradient_bytes(
+        root, root / 8, 3, 2, 8, unshards=1
+    )
+    assert traffic.accumulation_bytes(k, w) == expected > 0

@@ -29,6 +29,16 @@ def records():
     return rows()
 
 
+def _before_the_fsdp1_path(monkeypatch) -> None:
+    """The sources as the page took them before 2026-11-28's FSDP1 gradient path of the MPT runs (the last
+    history bullet): no accumulation counted for their code."""
+    sources = {
+        k: {f: v for f, v in s.items() if not (f == "accumulation" and v == "fsdp1")}
+        for k, s in DATA["source"].items()
+    }
+    monkeypatch.setitem(DATA, "source", sources)
+
+
 def _busbw_without_curves(monkeypatch) -> None:
     """The machines as the page had them before 2026-11-28's busbw curves (the last history bullet): one
     busbw figure per machine, every collective at it whatever its size."""
@@ -85,6 +95,7 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     backward and fp32 weights, for [4] and [5] fp32 weights; data sheets), with the code settings alone, and
     with the measured constants, each recomputed; then the pipelined rows of [1] added (23 runs). [4] and
     [5] as the page then took them: gradients all-reduced in fp32 (corrected in the next bullet)."""
+    _before_the_fsdp1_path(monkeypatch)
     _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     added = {f"megatron-{size}" for size in PIPELINED_MEGATRON} | {f"korthikanti-{s}" for s in KORTHIKANTI}
@@ -117,6 +128,7 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
 def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch):
     """The history bullet after it: [4] and [5] with their gradients all-reduced in bf16 (the 23 runs of the
     bullet before), then the four rows of [6] added; each recomputed, under autocast as then."""
+    _before_the_fsdp1_path(monkeypatch)
     _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _under_autocast())
@@ -138,6 +150,7 @@ def test_the_history_of_the_runs_own_precision(monkeypatch):
     """The bullet before the last: the codes of [1], [4], [5] and [6] without autocast (Code.autocast
     False: 16-bit norms, no activation casts); the rows it moved and the table's figures then, recomputed
     (no accumulation counted for the published codes)."""
+    _before_the_fsdp1_path(monkeypatch)
     _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(_without_accumulation()))
@@ -158,6 +171,7 @@ def test_the_history_of_the_runs_own_accumulation(monkeypatch):
     """The bullet before the last: the gradient accumulation of the codes of [1] (16-bit main_grad adds)
     and of [4] and [5] (DeepSpeed's bf16 optimizer) counted; the rows it moved and the table's figures then
     (the MPT runs' norms in fp32)."""
+    _before_the_fsdp1_path(monkeypatch)
     _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     monkeypatch.setitem(DATA, "source", _mpt_norms_in_fp32(DATA["source"]))
@@ -199,6 +213,7 @@ def test_the_history_of_the_attention_products_roofline(monkeypatch):
     """The bullet before the last: the materialised attention's products at their roofline; the rows of the
     codes that keep the scores in memory and the table's figures, recomputed (the LUMI rows unmoved), and
     the FLOPs per byte it quotes."""
+    _before_the_fsdp1_path(monkeypatch)
     _busbw_without_curves(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     ridge = {
@@ -228,11 +243,12 @@ def test_the_history_of_the_attention_products_roofline(monkeypatch):
     )  # slower
 
 
-def test_the_history_of_the_busbw_curves(monkeypatch, records):
-    """The last history bullet: the A100 and H100 collectives at their own size's busbw; the rows it moved,
-    the table's figures, and the rows it did not move (MPT, LUMI), recomputed."""
+def test_the_history_of_the_busbw_curves(monkeypatch):
+    """The bullet before the last: the A100 and H100 collectives at their own size's busbw; the rows it
+    moved, the table's figures, and the rows it did not move (MPT, LUMI), recomputed."""
+    _before_the_fsdp1_path(monkeypatch)
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = (
         f"{_changed_rows(now)}; {_pipelined_megatron(now)}; {_korthikanti(now)} (over the {len(now)} runs "
@@ -268,6 +284,7 @@ def test_the_history_of_the_busbw_curves(monkeypatch, records):
 def test_the_history_of_the_mpt_runs_norms(monkeypatch):
     """The bullet before the last: the MPT runs' low-precision LayerNorm (16-bit norms under FSDP's bf16
     parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
+    _before_the_fsdp1_path(monkeypatch)
     _products_at_the_matmul_rate(monkeypatch)
     text = " ".join(PAGE.read_text().split())
     now = {r["id"]: r["error"] for r in rows()}
@@ -275,3 +292,28 @@ def test_the_history_of_the_mpt_runs_norms(monkeypatch):
     stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
     assert stated in text, stated
     assert all(DATA["source"][k].get("norms") == "16-bit" for k in ("mpt-a100", "mpt-h100"))
+
+
+def test_the_history_of_the_fsdp1_gradient_path(monkeypatch, records):
+    """The last history bullet: the MPT runs' FSDP1 gradient path counted; their rows and the table's
+    figures, recomputed, the other rows unmoved and the MPT rows slower; and the bytes per element it
+    quotes (traffic.fsdp1_gradient_bytes at 8 ranks, the MPT runs' bf16 gradients)."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    whole = traffic.fsdp1_gradient_bytes(1, 0, 1, 2, 8)
+    shard = traffic.fsdp1_gradient_bytes(0, 1, 1, 2, 8)
+    later = traffic.fsdp1_gradient_bytes(0, 1, 2, 2, 8) - 2 * shard
+    stated = f"per micro-batch {whole:g} bytes per element of the whole gradient and {shard:g} per element "
+    stated += f"of the shard ({later:g} more from the second micro-batch on)"
+    assert stated in text, stated
+    assert {k for k, v in DATA["source"].items() if v.get("accumulation") == "fsdp1"} == {
+        "mpt-a100",
+        "mpt-h100",
+    }
+    _before_the_fsdp1_path(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    assert all(before[k] == now[k] for k in now if not k.startswith("mpt-"))
+    assert all(now[k] > before[k] for k in now if k.startswith("mpt-"))  # slower

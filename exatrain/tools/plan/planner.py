@@ -310,6 +310,8 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         dropout=cfg.model.dropout > 0,
         module_16bit=code.norms_16bit and sixteen,
         accumulation=code.accumulation,
+        shard=dims.dp_shard,
+        data_parallel=dims.dp_replicate * dims.dp_shard,
     )
 
 

@@ -21,8 +21,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   element); FSDP2 with bf16 parameters first converts the unsharded bf16 gradient to an fp32 accumulator
   (read 2, write 4) and then adds each later one into it (read 4 and 2, write 4). Published codes
   accumulate their own way (`accumulation`): a 16-bit add after the first micro-batch (Megatron-LM's fp16
-  main_grad: read 2 and 2, write 2), or DeepSpeed's bf16 optimizer, which after every micro-batch casts
-  the bf16 gradient to fp32 and adds it into its fp32 copy (read 2, write 4; read 4 and 4, write 4);
+  main_grad: read 2 and 2, write 2), DeepSpeed's bf16 optimizer, which after every micro-batch casts
+  the bf16 gradient to fp32 and adds it into its fp32 copy (read 2, write 4; read 4 and 4, write 4), or
+  torch's FullyShardedDataParallel (FSDP1, under Composer), which reduce-scatters every micro-batch
+  (fsdp1_gradient_bytes);
 - a code whose norms read and write 16-bit tensors with 16-bit parameters (`module_16bit`: Megatron-LM's
   Float16Module and DeepSpeed's bf16 engine, which use no autocast; llm-foundry's LPLayerNorm under FSDP's
   bf16 parameters; published runs only, exatrain's RMSNorm runs on autocast's fp32 list) casts nothing but
@@ -46,7 +48,7 @@ from exatrain.models import ModelShape
 
 NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's decomposition
 # exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; not modelled
-ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "none")
+ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "fsdp1", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
 
 
@@ -67,6 +69,8 @@ class Kernels:
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
     module_16bit: bool = False  # 16-bit norms and parameters: nothing cast but the logits (Code.norms_16bit)
     accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
+    shard: int = 1  # ranks an FSDP group shards the parameters over (dp_shard)
+    data_parallel: int = 1  # data-parallel ranks (dp_replicate x dp_shard): FSDP1's division factors
 
     @property
     def residual(self) -> int:
@@ -270,15 +274,65 @@ def gradient_elements(k: Kernels, w: RankWork) -> float:
     its blocks' matrices (split under TP) and norm weights, the embedding tables (token table split under
     TP) and the head with the final norm. (analytic._tensors, the measured layout's closed form, also splits
     the position table under TP; counted whole here, a difference of (tp - 1) / tp x seq_len x dim.)"""
-    d, v = k.shape.dim, k.vocab / k.tp
+    d = k.shape.dim
     block = (4 + 2 * k.shape.mlp_ratio) * d * d / k.tp + 2 * d
-    return w.blocks * block + w.embeddings * (v + k.seq_len) * d + w.head * (v * d + d)
+    return w.blocks * block + root_elements(k, w)
+
+
+def root_elements(k: Kernels, w: RankWork) -> float:
+    """Of gradient_elements, those outside the blocks: the embedding tables, the final norm and the head
+    (an FSDP root unit's)."""
+    d, v = k.shape.dim, k.vocab / k.tp
+    return w.embeddings * (v + k.seq_len) * d + w.head * (v * d + d)
+
+
+def fsdp1_divisors(data_parallel: int) -> tuple[int, float]:
+    """FSDP1's gradient pre- and post-division factors for `data_parallel` ranks (torch's
+    DefaultState._get_gradient_predivide_factor: the pre-factor doubles while it divides the ranks and stays
+    below their quotient; the post-factor is the rest): 2 and 1 at 2 ranks, 2 and 2 at 4, 4 and 2 at 8."""
+    pre = 1
+    while data_parallel % pre == 0 and data_parallel / pre > pre:
+        pre *= 2
+    return pre, data_parallel / pre
+
+
+def fsdp1_gradient_bytes(
+    elements: float,
+    shard_elements: float,
+    micro_batches: int,
+    grad_bytes: int,
+    data_parallel: int,
+    unshards: int = 2,
+) -> float:
+    """Bytes torch's FullyShardedDataParallel (FSDP1, FULL_SHARD, reduce-scattering every micro-batch as
+    Composer runs it) moves per step for one flat parameter of `elements` (its shard: `shard_elements`)
+    beyond the products and the collectives, with gradients of `grad_bytes` (the mixed-precision param_dtype;
+    the reduction in the same dtype). Per micro-batch: autograd assembles the flat gradient from its
+    parameters' views (read and write it), FSDP1 pre-divides it in place (read, write), and on the shard
+    after the reduce-scatter post-divides (read, write), casts it to the fp32 parameter's dtype (read,
+    write 4) and, from the second micro-batch on, adds it into the saved shard (read 4 and 4, write 4);
+    each of the `unshards` gathers (forward and backward; the root unit keeps its parameters from forward
+    to backward: one) first casts the fp32 parameter shard to the low precision (read 4, write).
+    tests/distributed/test_plan_fsdp1_traffic.py counts the same bytes on real FSDP1 ranks."""
+    pre, post = fsdp1_divisors(data_parallel)
+    low = grad_bytes != 4  # mixed precision: parameter and gradient casts
+    full = 2 * grad_bytes * (1 + (pre > 1))
+    shard = 2 * grad_bytes * (post > 1) + low * ((grad_bytes + 4) + unshards * (4 + grad_bytes))
+    later = 12 * (micro_batches - 1) * shard_elements
+    return micro_batches * (full * elements + shard * shard_elements) + later
 
 
 def accumulation_bytes(k: Kernels, w: RankWork) -> float:
     """Bytes of one step's gradient accumulation (module docstring): none with one micro-batch."""
     if k.accumulation == "deepspeed-bf16":  # every micro-batch, the first included
         return 18 * w.forwards * gradient_elements(k, w)
+    if k.accumulation == "fsdp1":  # every micro-batch reduce-scatters; the shards accumulate
+        n, root = gradient_elements(k, w), root_elements(k, w)  # the root unit gathers once
+        blocks = n - root
+        return sum(
+            fsdp1_gradient_bytes(e, e / k.shard, w.forwards, k.param_bytes, k.data_parallel, unshards)
+            for e, unshards in ((blocks, 2), (root, 1))
+        )
     if k.accumulation == "none" or w.forwards < 2:
         return 0.0
     if k.accumulation == "16-bit":
