@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from exatrain.models import ModelShape
 
 NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's decomposition
-# exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; not modelled
+# exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; torch's FSDP1; none
 ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "fsdp1", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
 
