@@ -49,7 +49,8 @@ CASES = {
     ),
     "master port out of range (flag)": (["train", "--dist.master_port=80"], {}, "master_port"),
     "master port out of range (variable)": (["train"], {"MASTER_PORT": "99999"}, "MASTER_PORT"),
-    "unknown argument": (["train", "--train.steps", "5"], {}, "--train.steps"),
+    "unknown argument": (["train", "--stepz", "5"], {}, "--stepz"),
+    "config key without a value": (["train", "--train.steps"], {}, "--train.steps"),
     "more pipeline stages than blocks": (
         ["train", "--nproc=4", "--parallel.pp=4", "--parallel.dp_replicate=1"],
         {},
