@@ -90,28 +90,8 @@ def _with_target(plan, cfg, tokens: int, profile):
     """The plan with wall time and billing units to `tokens` tokens (exatrain.tools.plan.target)."""
     import dataclasses
 
-    from exatrain.tools.plan.estimate import PublishedRatio
-    from exatrain.tools.plan.target import target_cost
-
-    tokens_per_step = cfg.train.global_batch_size * plan.seq_len
-    what = _model_words(cfg, plan.vocab_size)
-    ratio = PublishedRatio(**plan.time["published_ratio"])
-    target = target_cost(
-        tokens, tokens_per_step, plan.time["step_time_s"], plan.world_size, profile, what, ratio
-    )
+    target = _target(cfg, plan.vocab_size, tokens, plan.time, plan.world_size, profile)
     return dataclasses.replace(plan, target=target.to_dict())
-
-
-def _model_words(cfg, vocab: int) -> str:
-    """The configured model in the words of a resource application's sentence."""
-    from exatrain.models import configured_shape
-    from exatrain.tools.plan.planner import shape_params
-
-    shape = configured_shape(cfg.model)
-    return (
-        f"a {shape_params(cfg, vocab) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
-        f"width {shape.dim}, sequence length {cfg.data.seq_len})"
-    )
 
 
 def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
@@ -120,20 +100,14 @@ def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
     so the wall times rank as the step times do."""
     import dataclasses
 
-    from exatrain.tools.plan.estimate import PublishedRatio
-    from exatrain.tools.plan.target import target_cost
-
-    tokens_per_step = cfg.train.global_batch_size * cfg.data.seq_len
-    what = _model_words(cfg, vocab)
     targets = [
-        target_cost(
+        _target(
+            cfg,
+            vocab,
             tokens,
-            tokens_per_step,
-            lay.step_time_s,
+            {"step_time_s": lay.step_time_s, "published_ratio": lay.published_ratio},
             result.world_size,
             profile,
-            what,
-            PublishedRatio(**lay.published_ratio),
         )
         for lay in result.layouts
     ]
@@ -142,6 +116,24 @@ def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
         for lay, t in zip(result.layouts, targets, strict=True)
     ]
     return dataclasses.replace(result, layouts=layouts, target=targets[0].to_dict())
+
+
+def _target(cfg, vocab: int, tokens: int, predicted: dict, world_size: int, profile):
+    """target.target_cost for one layout's prediction (`predicted`: its step_time_s and published_ratio),
+    naming the configured model in the sentence's words."""
+    from exatrain.models import configured_shape
+    from exatrain.tools.plan.estimate import PublishedRatio
+    from exatrain.tools.plan.planner import shape_params
+    from exatrain.tools.plan.target import target_cost
+
+    shape = configured_shape(cfg.model)
+    what = (
+        f"a {shape_params(cfg, vocab) / 1e6:,.4g}M-parameter transformer ({shape.n_layers} layers, "
+        f"width {shape.dim}, sequence length {cfg.data.seq_len})"
+    )
+    tokens_per_step = cfg.train.global_batch_size * cfg.data.seq_len
+    ratio = PublishedRatio(**predicted["published_ratio"])
+    return target_cost(tokens, tokens_per_step, predicted["step_time_s"], world_size, profile, what, ratio)
 
 
 def _search(cfg, args, hardware, per_node: int, gpu_gb, profile) -> int:
