@@ -455,23 +455,27 @@ def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
     assert planner.memory_traffic(cfg, dims, VOCAB, planner.Code(weights_16bit=True)) < own
 
 
-def test_pipeline_scatter_gather_sends_a_tensor_parallel_share_and_gathers_it():
-    """planner.Code.pipeline_scatter_gather (Megatron-LM's scatter/gather optimization, for validation runs):
-    each tensor-parallel rank sends 1/tp of a pipeline send's bytes, and every received tensor is all-gathered
-    over the tensor-parallel group (its full bytes), once per send; nothing else changes."""
+@pytest.mark.parametrize("sends, gathers_per_send", [("scatter_gather", 1), ("partitioned", 2)])
+def test_pipeline_sends_of_a_tensor_parallel_share_are_gathered(sends, gathers_per_send):
+    """planner.Code.pipeline_sends (published codes, for validation runs): each tensor-parallel rank sends
+    1/tp of a pipeline send's bytes; Megatron-LM's scatter/gather all-gathers every received tensor over the
+    tensor-parallel group (its full bytes) once per send, DeepSpeed's partitioned engine also gathers the
+    output it sent again for its backward (rank 0, the first stage: one received gradient and one sent output
+    per microbatch); nothing else changes."""
     cfg = _cfg("pp_interleaved_tp")
     dims = preflight(cfg, 4)
     m = model_of(cfg, VOCAB)
     shards = analytic.rank_shards(m, dims, cfg.parallel.pp_stages_per_rank, 0)
     step = planner.step_shape(cfg, dims)
     plain = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(m, dims, step, shards)}
-    split = dataclasses.replace(m, pipeline_scatter_gather=True)
+    split = dataclasses.replace(m, pipeline_sends=sends)
     sg = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(split, dims, step, shards)}
-    sends, nbytes = plain[("send", "pp")]
-    assert sg[("send", "pp")] == (sends, nbytes // dims.tp) and sg[("recv", "pp")] == sg[("send", "pp")]
+    count, nbytes = plain[("send", "pp")]
+    assert sg[("send", "pp")] == (count, nbytes // dims.tp) and sg[("recv", "pp")] == sg[("send", "pp")]
     gathers, gathered = sg[("all_gather", "tp")]
     before = plain.get(("all_gather", "tp"), (0, 0))
-    assert (gathers - before[0], gathered - before[1]) == (sends, nbytes)
+    added = (gathers - before[0], gathered - before[1])
+    assert added == (gathers_per_send * count, gathers_per_send * nbytes)
     assert {k: v for k, v in sg.items() if k[1] != "pp" and k != ("all_gather", "tp")} == {
         k: v for k, v in plain.items() if k[1] != "pp" and k != ("all_gather", "tp")
     }

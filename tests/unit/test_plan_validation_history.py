@@ -29,9 +29,29 @@ def records():
     return rows()
 
 
+# the MI250X's intra-node busbw the page took before the LUMI log's all-gathers were read: the Infinity Fabric
+# bound between the two GCDs of one MI250X (an upper bound)
+MI250X_LINK_BOUND = 200.0
+
+
+def _before_the_lumi_log(monkeypatch) -> None:
+    """The data as the page had it before what the LUMI repository's 175B log shows was read (the last
+    history bullet): [4] and [5] sending whole tensors between pipeline stages, the MI250X's intra-node
+    busbw at its link bound."""
+    sources = {
+        k: {f: v for f, v in s.items() if not (f == "pipeline_sends" and v == "partitioned")}
+        for k, s in DATA["source"].items()
+    }
+    monkeypatch.setitem(DATA, "source", sources)
+    machines = dict(DATA["hardware"])
+    machines["mi250x-gcd"] = dict(machines["mi250x-gcd"], intra_node_busbw_gbs=MI250X_LINK_BOUND)
+    monkeypatch.setitem(DATA, "hardware", machines)
+
+
 def _before_the_fsdp1_path(monkeypatch) -> None:
-    """The sources as the page took them before 2026-11-28's FSDP1 gradient path of the MPT runs (the last
-    history bullet): no accumulation counted for their code."""
+    """The sources as the page took them before 2026-11-28's FSDP1 gradient path of the MPT runs (the bullet
+    before the last): no accumulation counted for their code; and the data before the LUMI log was read."""
+    _before_the_lumi_log(monkeypatch)
     sources = {
         k: {f: v for f, v in s.items() if not (f == "accumulation" and v == "fsdp1")}
         for k, s in DATA["source"].items()
@@ -294,12 +314,13 @@ def test_the_history_of_the_mpt_runs_norms(monkeypatch):
     assert all(DATA["source"][k].get("norms") == "16-bit" for k in ("mpt-a100", "mpt-h100"))
 
 
-def test_the_history_of_the_fsdp1_gradient_path(monkeypatch, records):
-    """The last history bullet: the MPT runs' FSDP1 gradient path counted; their rows and the table's
+def test_the_history_of_the_fsdp1_gradient_path(monkeypatch):
+    """The bullet before the last: the MPT runs' FSDP1 gradient path counted; their rows and the table's
     figures, recomputed, the other rows unmoved and the MPT rows slower; and the bytes per element it
     quotes (traffic.fsdp1_gradient_bytes at 8 ranks, the MPT runs' bf16 gradients)."""
+    _before_the_lumi_log(monkeypatch)
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = f"{_mpt_rows(now)} (over the {len(now)} runs median {median} %, worst {worst} %)"
     assert stated in text, stated
@@ -317,3 +338,41 @@ def test_the_history_of_the_fsdp1_gradient_path(monkeypatch, records):
     before = {r["id"]: r["error"] for r in rows()}
     assert all(before[k] == now[k] for k in now if not k.startswith("mpt-"))
     assert all(now[k] > before[k] for k in now if k.startswith("mpt-"))  # slower
+
+
+def test_the_history_of_the_lumi_log(monkeypatch, records):
+    """The last history bullet: DeepSpeed's partitioned pipeline sends for [4] and [5], then the MI250X's
+    intra-node busbw from the LUMI log's all-gathers; the rows each moved and the table's figures,
+    recomputed, and the rows they did not move."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    assert {k for k, v in DATA["source"].items() if v.get("pipeline_sends") == "partitioned"} == {
+        "bloom",
+        "lumi-scaling",
+    }
+    sources = dict(DATA["source"])
+    _before_the_lumi_log(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    monkeypatch.setitem(DATA, "source", sources)  # the partitioned sends alone, at the former busbw
+    sends = {r["id"]: r["error"] for r in rows()}
+    moved = ("bloom-176b", "lumi-33b", "lumi-175b")
+    assert all(before[k] == sends[k] == now[k] for k in now if k not in moved)
+    assert all(sends[k] < before[k] for k in moved)  # smaller sends across nodes: faster
+    assert (
+        all(now[k] > sends[k] for k in ("lumi-33b", "lumi-175b")) and now["bloom-176b"] == sends["bloom-176b"]
+    )
+    stated = (
+        f"bloom-176b {_signed(before['bloom-176b'])} to {_signed(sends['bloom-176b'])}, lumi-175b "
+        f"{_signed(before['lumi-175b'])} to {_signed(sends['lumi-175b'])}, lumi-33b "
+        f"{before['lumi-33b'] * 100:.1f} % to {sends['lumi-33b'] * 100:.1f} %"
+    )
+    assert stated in text, stated
+    stated = (
+        f"lumi-33b {_signed(sends['lumi-33b'])} to {_signed(now['lumi-33b'])}, lumi-175b "
+        f"{_signed(sends['lumi-175b'])} to {_signed(now['lumi-175b'])} (lumi-7b, without tensor "
+        f"parallelism, stays {_signed(now['lumi-7b'])})"
+    )
+    assert stated in text, stated
+    median, worst = _median_worst(now)
+    assert f"Over the {len(now)} runs median {median} %, worst {worst} %" in text
+    assert _median_worst(before) == (12, 39)  # the bullet before states these

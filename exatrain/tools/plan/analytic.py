@@ -34,9 +34,19 @@ class Model:
     # 16-bit weights (planner.Code.weights_16bit)
     residual_bytes: int = 4
     grad_bytes: int = 4  # the data-parallel reduction's gradient elements (planner.Code)
-    # a run's code splits each pipeline send over the tensor-parallel ranks and gathers it on arrival
-    # (Megatron-LM's scatter/gather optimization; planner.Code.pipeline_scatter_gather)
-    pipeline_scatter_gather: bool = False
+    # how a run's code sends between pipeline stages (PIPELINE_SENDS; planner.Code.pipeline_sends)
+    pipeline_sends: str = "whole"
+
+    def __post_init__(self):
+        if self.pipeline_sends not in PIPELINE_SENDS:
+            raise ValueError(f"pipeline_sends {self.pipeline_sends!r} is not one of {PIPELINE_SENDS}")
+
+
+# Pipeline sends under tensor parallelism: every tensor-parallel rank sends the whole tensor (torch's
+# pipelining, exatrain's trainer); each sends its 1/tp and the receivers all-gather it (Megatron-LM's
+# scatter/gather optimization); or so, and the sender also keeps only its 1/tp of what it sent and gathers
+# it again for the backward (DeepSpeed's pipeline engine with tensor parallelism: PartitionedTensor)
+PIPELINE_SENDS = ("whole", "scatter_gather", "partitioned")
 
 
 def _tensors(m: Model, tp: int, first: bool, last: bool, n_blocks: int) -> list[tuple[int, int]]:
@@ -197,9 +207,11 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
         hidden = m.param_bytes if dims.fsdp else m.residual_bytes
         act = btd * hidden / (dims.tp if step.sequence_parallel else 1)
         edges = 2 * step.chunks - 1  # stage 0 sends forward / receives backward once; later chunks both ways
-        if m.pipeline_scatter_gather and dims.tp > 1 and not step.sequence_parallel:
-            # each tensor-parallel rank sends its 1/tp of the replicated tensor; the receivers gather it
-            add("all_gather", "tp", micro * edges, act * micro * edges)
+        if m.pipeline_sends != "whole" and dims.tp > 1 and not step.sequence_parallel:
+            # each tensor-parallel rank sends its 1/tp of the replicated tensor; the receivers gather it,
+            # and DeepSpeed's engine gathers each output it sent again before that output's backward
+            gathers = micro * edges * (2 if m.pipeline_sends == "partitioned" else 1)
+            add("all_gather", "tp", gathers, act * gathers)
             act /= dims.tp
         add("send", "pp", micro * edges, act * micro * edges)
         add("recv", "pp", micro * edges, act * micro * edges)

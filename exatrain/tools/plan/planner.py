@@ -71,8 +71,10 @@ class Code:
     # the gradients all-reduced in fp32 (DeepSpeed's bf16 engine with communication_data_type fp32; by
     # default it casts its fp32 copies to bf16 for the all-reduce)
     fp32_gradients: bool = False
-    # pipeline sends split over the tensor-parallel ranks, gathered on arrival (Megatron-LM's scatter/gather)
-    pipeline_scatter_gather: bool = False
+    # pipeline sends under tensor parallelism (analytic.PIPELINE_SENDS): whole tensors (torch's pipelining),
+    # split over the tensor-parallel ranks and gathered on arrival (Megatron-LM's "scatter_gather"), or so
+    # and the sent output gathered again for its backward (DeepSpeed's pipeline engine, "partitioned")
+    pipeline_sends: str = "whole"
 
 
 @dataclass(frozen=True)
@@ -424,7 +426,7 @@ def analytic_model(cfg: Config, vocab: int, code: Code = Code()) -> analytic.Mod
         2 if bf16 else 4,
         residual_bytes=2 if sixteen else 4,
         grad_bytes=2 if sixteen and not code.fp32_gradients else 4,
-        pipeline_scatter_gather=code.pipeline_scatter_gather,
+        pipeline_sends=code.pipeline_sends,
     )
 
 
