@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from exatrain.distributed.parallelize import apply_ac
 from exatrain.models.sizes import ModelShape
 from exatrain.models.transformer import TransformerLM
-from exatrain.tools.plan import traffic
+from exatrain.tools.plan import estimate, traffic
 
 COMPUTE = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product")
 FACTORIES = ("empty_like", "empty", "empty_strided", "new_empty")  # allocate: move nothing
@@ -390,3 +390,46 @@ def test_fsdp1_divides_as_torch_and_its_units_are_the_blocks_and_the_root():
         root, root / 8, 3, 2, 8, unshards=1
     )
     assert traffic.accumulation_bytes(k, w) == expected > 0
+
+
+class _ReadWrite(TorchDispatchMode):
+    """Bytes every op reads and writes: its tensor inputs, its outputs, and the inputs it writes in place
+    (torch's foreach ops that update their arguments return nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        written = [
+            arg
+            for spec, arg in zip(func._schema.arguments, args)
+            if spec.alias_info is not None and spec.alias_info.is_write
+        ]
+        tensors = tree_flatten((args, kwargs))[0] + tree_flatten(out)[0] + tree_flatten(written)[0]
+        self.total += sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor))
+        return out
+
+
+def test_megatron_fp16_optimizer_moves_what_its_step_reads_and_writes():
+    """estimate.OPTIMIZER_BYTES["megatron-fp16"] beyond a fused AdamW: the ops Megatron-LM's
+    Float16OptimizerWithFloat16Params.step runs around its Adam with a loss scale (megatron/optimizer/
+    optimizer.py), here on torch's CPU kernels: the fp16 gradients copied to fp32 main gradients, the
+    unscale-and-inf-check (torch._amp_foreach_non_finite_check_and_unscale_, as there), the clipping norm
+    (apex's multi_tensor_l2norm there, torch._foreach_norm here: one read of each gradient) and the fp32
+    main parameters copied to fp16 (apex's multi_tensor_scale into the model's tensors there, a cast here:
+    the same bytes). What it does not reproduce: apex's kernels themselves, only what their operands hold;
+    the few scalars (norms, the inf flag, the scale) are the slack allowed."""
+    sizes = (4096, 3000, 24)
+    params16 = [torch.randn(n, dtype=torch.float16) for n in sizes]
+    grads16 = [torch.randn(n, dtype=torch.float16) for n in sizes]
+    main_params = [p.float() for p in params16]
+    found_inf, inv_scale = torch.zeros(1), torch.full((1,), 1 / 8192)
+    with _ReadWrite() as counted:
+        main_grads = [g.float() for g in grads16]
+        torch._amp_foreach_non_finite_check_and_unscale_(main_grads, found_inf, inv_scale)
+        torch._foreach_norm(main_grads)
+        [p.to(torch.float16) for p in main_params]
+    extra = estimate.OPTIMIZER_BYTES["megatron-fp16"] - estimate.OPTIMIZER_BYTES["adamw"]
+    assert extra * sum(sizes) <= counted.total <= extra * sum(sizes) + 64

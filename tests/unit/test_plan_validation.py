@@ -116,6 +116,7 @@ def run_code(run: dict) -> planner.Code:
         norms_16bit=source.get("norms") == "16-bit",
         fp32_gradients=source.get("gradients") == "fp32",
         pipeline_sends=source.get("pipeline_sends", "whole"),
+        optimizer=source.get("optimizer", "adamw"),
         accumulation=source.get("accumulation", "none"),
     )
 

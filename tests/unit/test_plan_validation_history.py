@@ -34,10 +34,18 @@ def records():
 MI250X_LINK_BOUND = 200.0
 
 
+def _before_the_megatron_optimizer(monkeypatch) -> None:
+    """The sources as the page took them before the optimizer step of [1]'s code was counted (the last
+    history bullet): a fused AdamW's bytes for every run."""
+    sources = {k: {f: v for f, v in s.items() if f != "optimizer"} for k, s in DATA["source"].items()}
+    monkeypatch.setitem(DATA, "source", sources)
+
+
 def _before_the_lumi_log(monkeypatch) -> None:
-    """The data as the page had it before what the LUMI repository's 175B log shows was read (the last
-    history bullet): [4] and [5] sending whole tensors between pipeline stages, the MI250X's intra-node
-    busbw at its link bound."""
+    """The data as the page had it before what the LUMI repository's 175B log shows was read (the bullet
+    before the last): [4] and [5] sending whole tensors between pipeline stages, the MI250X's intra-node
+    busbw at its link bound; and no optimizer of a published code's own."""
+    _before_the_megatron_optimizer(monkeypatch)
     sources = {
         k: {f: v for f, v in s.items() if not (f == "pipeline_sends" and v == "partitioned")}
         for k, s in DATA["source"].items()
@@ -340,12 +348,13 @@ def test_the_history_of_the_fsdp1_gradient_path(monkeypatch):
     assert all(now[k] > before[k] for k in now if k.startswith("mpt-"))  # slower
 
 
-def test_the_history_of_the_lumi_log(monkeypatch, records):
-    """The last history bullet: DeepSpeed's partitioned pipeline sends for [4] and [5], then the MI250X's
+def test_the_history_of_the_lumi_log(monkeypatch):
+    """The bullet before the last: DeepSpeed's partitioned pipeline sends for [4] and [5], then the MI250X's
     intra-node busbw from the LUMI log's all-gathers; the rows each moved and the table's figures,
     recomputed, and the rows they did not move."""
+    _before_the_megatron_optimizer(monkeypatch)
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    now = {r["id"]: r["error"] for r in rows()}
     assert {k for k, v in DATA["source"].items() if v.get("pipeline_sends") == "partitioned"} == {
         "bloom",
         "lumi-scaling",
@@ -376,3 +385,24 @@ def test_the_history_of_the_lumi_log(monkeypatch, records):
     median, worst = _median_worst(now)
     assert f"Over the {len(now)} runs median {median} %, worst {worst} %" in text
     assert _median_worst(before) == (12, 39)  # the bullet before states these
+
+
+def test_the_history_of_the_megatron_optimizer(monkeypatch, records):
+    """The last history bullet: Megatron-LM's fp16 optimizer step counted for the runs of [1]; their rows
+    and the table's figures, recomputed, the other rows unmoved and the rows of [1] slower."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} (over the {len(now)} runs median {median} %, "
+    stated += f"worst {worst} %)"
+    assert stated in text, stated
+    assert {k for k, v in DATA["source"].items() if "optimizer" in v} == {"narayanan2021"}
+    extra = estimate.OPTIMIZER_BYTES["megatron-fp16"] - estimate.OPTIMIZER_BYTES["adamw"]
+    assert (
+        f"{extra} bytes per parameter element more than a fused AdamW's {estimate.OPTIMIZER_BYTES['adamw']}"
+        in text
+    )
+    _before_the_megatron_optimizer(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    assert all(before[k] == now[k] for k in now if not k.startswith("megatron-"))
+    assert all(now[k] > before[k] for k in now if k.startswith("megatron-"))  # slower

@@ -25,6 +25,17 @@ BUS_FACTOR = {
 }
 DATA_PARALLEL = ("dp_replicate", "dp_shard")
 ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq and writes three (fp32)
+# Bytes per updated parameter element of an optimizer step, by the code that runs it: a fused AdamW on fp32
+# parameters and gradients (exatrain's trainer), or Megatron-LM's fp16 optimizer
+# (Float16OptimizerWithFloat16Params.step with a loss scale, a published code of docs/plan-validation.md),
+# which around the same AdamW copies the fp16 gradients to fp32 main gradients (read 2, write 4), unscales
+# them and checks for inf (read 4, write 4), reads them once for the clipping norm (the clip itself runs
+# only when the norm exceeds the threshold: not counted) and copies the updated fp32 main parameters back
+# to the fp16 model (read 4, write 2)
+OPTIMIZER_BYTES = {
+    "adamw": ADAMW_BYTES_PER_ELEMENT,
+    "megatron-fp16": ADAMW_BYTES_PER_ELEMENT + (2 + 4) + (4 + 4) + 4 + (4 + 2),
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class StepInputs:
     # (it overlaps the last backward), but validation runs whose code did that (Megatron-LM's local DDP,
     # DeepSpeed's pipeline engine)
     reduce_after_backward: bool = False
+    optimizer: str = "adamw"  # whose optimizer step (OPTIMIZER_BYTES)
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,7 @@ class PublishedRatio:
     of: str = "published training runs"  # which runs, in a sentence's words
 
 
-PUBLISHED = PublishedRatio(runs=27, low=0.98, median=1.17, high=1.65)
+PUBLISHED = PublishedRatio(runs=27, low=0.98, median=1.16, high=1.65)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
 # nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
 SHARDED_ACROSS_NODES = PublishedRatio(
@@ -254,7 +266,7 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         else:  # tensor parallel (and anything else, and everything on CPU nodes) is in the critical path
             exposed_other += t
     memory = memory_seconds(inputs.memory_bytes, hw)
-    optimizer = memory_seconds(inputs.local_param_elements * ADAMW_BYTES_PER_ELEMENT, hw)
+    optimizer = memory_seconds(inputs.local_param_elements * OPTIMIZER_BYTES[inputs.optimizer], hw)
     kernels = compute + memory  # the forward's and backward's kernels, one after the other
     # data-parallel traffic runs beside the kernels: FSDP's prefetched all-gathers beside every forward and
     # backward, the gradients' reduction (DDP's buckets, FSDP's reduce-scatters) only beside the last

@@ -75,6 +75,9 @@ class Code:
     # split over the tensor-parallel ranks and gathered on arrival (Megatron-LM's "scatter_gather"), or so
     # and the sent output gathered again for its backward (DeepSpeed's pipeline engine, "partitioned")
     pipeline_sends: str = "whole"
+    # the optimizer step's memory traffic (estimate.OPTIMIZER_BYTES): a fused AdamW (exatrain), or
+    # Megatron-LM's fp16 optimizer (gradient copies to fp32, unscaling, the clipping norm, parameter copies)
+    optimizer: str = "adamw"
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,7 @@ def step_inputs(
         stages=stages,
         accumulation=accumulation(cfg, dims),
         reduce_after_backward=code.reduce_after_backward,
+        optimizer=code.optimizer,
     )
 
 
