@@ -117,6 +117,7 @@ def run_code(run: dict) -> planner.Code:
         fp32_gradients=source.get("gradients") == "fp32",
         pipeline_sends=source.get("pipeline_sends", "whole"),
         optimizer=source.get("optimizer", "adamw"),
+        ddp=run.get("ddp", source.get("ddp", "exatrain")),
         accumulation=source.get("accumulation", "none"),
     )
 

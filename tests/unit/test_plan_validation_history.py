@@ -34,9 +34,17 @@ def records():
 MI250X_LINK_BOUND = 200.0
 
 
+def _before_the_ddp_copies(monkeypatch) -> None:
+    """The data as the page had it before torch DDP's bucket copies were counted (the last history bullet):
+    no run's code charged for them."""
+    monkeypatch.setitem(DATA, "source", {k: dict(s, ddp="none") for k, s in DATA["source"].items()})
+    monkeypatch.setitem(DATA, "run", [{f: v for f, v in r.items() if f != "ddp"} for r in DATA["run"]])
+
+
 def _before_the_megatron_optimizer(monkeypatch) -> None:
-    """The sources as the page took them before the optimizer step of [1]'s code was counted (the last
-    history bullet): a fused AdamW's bytes for every run."""
+    """The sources as the page took them before the optimizer step of [1]'s code was counted (the bullet
+    before the last): a fused AdamW's bytes for every run; and no DDP bucket copies."""
+    _before_the_ddp_copies(monkeypatch)
     sources = {k: {f: v for f, v in s.items() if f != "optimizer"} for k, s in DATA["source"].items()}
     monkeypatch.setitem(DATA, "source", sources)
 
@@ -387,11 +395,12 @@ def test_the_history_of_the_lumi_log(monkeypatch):
     assert _median_worst(before) == (12, 39)  # the bullet before states these
 
 
-def test_the_history_of_the_megatron_optimizer(monkeypatch, records):
-    """The last history bullet: Megatron-LM's fp16 optimizer step counted for the runs of [1]; their rows
+def test_the_history_of_the_megatron_optimizer(monkeypatch):
+    """The bullet before the last: Megatron-LM's fp16 optimizer step counted for the runs of [1]; their rows
     and the table's figures, recomputed, the other rows unmoved and the rows of [1] slower."""
+    _before_the_ddp_copies(monkeypatch)
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} (over the {len(now)} runs median {median} %, "
     stated += f"worst {worst} %)"
@@ -406,3 +415,19 @@ def test_the_history_of_the_megatron_optimizer(monkeypatch, records):
     before = {r["id"]: r["error"] for r in rows()}
     assert all(before[k] == now[k] for k in now if not k.startswith("megatron-"))
     assert all(now[k] > before[k] for k in now if k.startswith("megatron-"))  # slower
+
+
+def test_the_history_of_the_ddp_copies(monkeypatch, records):
+    """The last history bullet: torch DDP's bucket copies counted, for the rows of [1] without a pipeline
+    (DDP=torch); their rows and the table's figures, recomputed, the other rows unmoved, those four slower."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    torch_ddp = {r["id"] for r in DATA["run"] if r["source"] == "narayanan2021" and r.get("pp", 1) == 1}
+    rows_ = ", ".join(f"{i} {now[i] * 100:.1f} %" for i in sorted(torch_ddp, key=lambda i: float(i[9:-1])))
+    stated = f"{rows_} (over the {len(now)} runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    _before_the_ddp_copies(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    assert all(before[k] == now[k] for k in now if k not in torch_ddp)
+    assert all(now[k] > before[k] for k in torch_ddp)  # slower

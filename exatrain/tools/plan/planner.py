@@ -75,6 +75,10 @@ class Code:
     # split over the tensor-parallel ranks and gathered on arrival (Megatron-LM's "scatter_gather"), or so
     # and the sent output gathered again for its backward (DeepSpeed's pipeline engine, "partitioned")
     pipeline_sends: str = "whole"
+    # which layouts torch's DistributedDataParallel reduces (traffic.ddp_bytes: its bucket copies):
+    # "exatrain" (its trainer's rule: replicated layouts without TP or PP), "torch" (every data-parallel
+    # layout: Megatron-LM's DDP=torch) or "none" (a code's own reduction: Megatron-LM's local DDP, DeepSpeed)
+    ddp: str = "exatrain"
     # the optimizer step's memory traffic (estimate.OPTIMIZER_BYTES): a fused AdamW (exatrain), or
     # Megatron-LM's fp16 optimizer (gradient copies to fp32, unscaling, the clipping norm, parameter copies)
     optimizer: str = "adamw"
@@ -318,7 +322,21 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         accumulation=code.accumulation,
         shard=dims.dp_shard,
         data_parallel=dims.dp_replicate * dims.dp_shard,
+        ddp=uses_ddp(dims, code),
     )
+
+
+def uses_ddp(dims: ParallelDims, code: Code) -> bool:
+    """Whether torch's DistributedDataParallel reduces this layout's gradients under `code`: exatrain's
+    trainer wraps replicated layouts without tensor or pipeline parallelism in it (distributed/wrap.py;
+    FSDP2's replicate and its own gradient sync elsewhere), Megatron-LM's DDP=torch every layout with more
+    than one data-parallel rank."""
+    if code.ddp not in ("exatrain", "torch", "none"):
+        raise ValueError(f"Code.ddp {code.ddp!r}: exatrain, torch or none")
+    replicated = dims.dp_replicate > 1 and not dims.fsdp
+    if code.ddp == "torch":
+        return replicated
+    return code.ddp == "exatrain" and replicated and dims.tp == 1 and dims.pp == 1
 
 
 def recomputed_blocks(cfg: Config, blocks: float) -> float:

@@ -25,6 +25,11 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   the bf16 gradient to fp32 and adds it into its fp32 copy (read 2, write 4; read 4 and 4, write 4), or
   torch's FullyShardedDataParallel (FSDP1, under Composer), which reduce-scatters every micro-batch
   (fsdp1_gradient_bytes);
+- torch's DistributedDataParallel (exatrain's replicated layouts without TP or PP; Megatron-LM's DDP=torch
+  around any layout), with gradient_as_bucket_view off as by default: once per step (the earlier
+  micro-batches run under no_sync) its reducer copies each gradient into its bucket, dividing it by the
+  ranks on the way (mul_out: read, write), and after the all-reduce copies the bucket back into the
+  gradient (copy_: read, write): 4 x the gradient's element size per element (`ddp_bytes`);
 - a code whose norms read and write 16-bit tensors with 16-bit parameters (`module_16bit`: Megatron-LM's
   Float16Module and DeepSpeed's bf16 engine, which use no autocast; llm-foundry's LPLayerNorm under FSDP's
   bf16 parameters; published runs only, exatrain's RMSNorm runs on autocast's fp32 list) casts nothing but
@@ -71,6 +76,7 @@ class Kernels:
     accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
     shard: int = 1  # ranks an FSDP group shards the parameters over (dp_shard)
     data_parallel: int = 1  # data-parallel ranks (dp_replicate x dp_shard): FSDP1's division factors
+    ddp: bool = False  # torch's DistributedDataParallel reduces the gradients (its bucket copies: ddp_bytes)
 
     @property
     def residual(self) -> int:
@@ -250,7 +256,8 @@ def step_bytes(k: Kernels, w: RankWork) -> float:
         + w.blocks * weight_cast_bytes(k) / 2
         + w.head * head_cast_bytes(k)
     )
-    return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k) + accumulation_bytes(k, w)
+    grads = accumulation_bytes(k, w) + ddp_bytes(k, w)
+    return tokens + casts + w.forwards * w.embeddings * embedding_grad_bytes(k) + grads
 
 
 def score_product_bytes(k: Kernels, w: RankWork) -> float:
@@ -320,6 +327,13 @@ def fsdp1_gradient_bytes(
     shard = 2 * grad_bytes * (post > 1) + low * ((grad_bytes + 4) + unshards * (4 + grad_bytes))
     later = 12 * (micro_batches - 1) * shard_elements
     return micro_batches * (full * elements + shard * shard_elements) + later
+
+
+def ddp_bytes(k: Kernels, w: RankWork) -> float:
+    """Bytes torch DDP's reducer moves per step besides the all-reduce (module docstring): each gradient
+    into its bucket divided by the ranks, and the reduced bucket back, once per step; the gradients have
+    the parameters' dtype. tests/distributed/test_plan_ddp_traffic.py counts them on real DDP ranks."""
+    return 4 * k.param_bytes * gradient_elements(k, w) if k.ddp else 0.0
 
 
 def accumulation_bytes(k: Kernels, w: RankWork) -> float:
