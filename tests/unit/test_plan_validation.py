@@ -412,6 +412,24 @@ def test_the_mi250x_intra_node_busbw_is_the_lumi_logs_all_gathers():
     assert part * run["tp"] == run["micro_batch"] * run["seq_len"] * run["dim"] * 2 and n == run["tp"]
 
 
+def test_the_lumi_logs_data_parallel_all_reduces_against_the_node_share():
+    """The page's reading of the LUMI 175B log's data-parallel all-reduces (data file,
+    dp_all_reduce_reading): their busbw (2 ranks: S / t) in iterations 2 to 4 and 1, against the share of
+    the node's inter-node busbw the model gives a group with one rank per node (estimate.node_links_share)."""
+    reading = DATA["source"]["lumi-scaling"]["dp_all_reduce_reading"]
+    hw = DATA["hardware"]["mi250x-gcd"]
+    gbs = [reading["gib"] * 2**30 / (t / 1e3) / 1e9 for t in reading["times_ms"]]
+    share = hw["inter_node_busbw_gbs"] * estimate.node_links_share([0, 8], hw["gpus_per_node"])
+    steady = gbs[1:]
+    stated = (
+        f"of {reading['gib']} GiB ran at {min(steady):.2f} to {max(steady):.2f} GB/s in iterations 2 to 4, "
+        f"{round(statistics.median(steady) / share * 100)} % of the {share:.2f} GB/s the model gives such a "
+        f"group ({hw['inter_node_busbw_gbs']:g} GB/s x 1/{hw['gpus_per_node']}), and at {gbs[0]:.2f} GB/s in "
+        "iteration 1"
+    )
+    assert stated in " ".join(PAGE.read_text().split()), stated
+
+
 def test_the_bandwidth_readings_the_page_states(records):
     """The page's readings of the bandwidths: the LUMI rows at the Infinity Fabric bound between the two
     GCDs of one MI250X (200 GB/s, the page's figure before the LUMI log's all-gathers were read, and what
