@@ -16,6 +16,7 @@ split under tensor and sequence parallelism.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -433,3 +434,6 @@ def test_megatron_fp16_optimizer_moves_what_its_step_reads_and_writes():
         [p.to(torch.float16) for p in main_params]
     extra = estimate.OPTIMIZER_BYTES["megatron-fp16"] - estimate.OPTIMIZER_BYTES["adamw"]
     assert extra * sum(sizes) <= counted.total <= extra * sum(sizes) + 64
+    # the planning page quotes the whole step's bytes
+    planning = " ".join((Path(__file__).resolve().parents[2] / "docs/planning.md").read_text().split())
+    assert f"Megatron-LM's fp16 optimizer {estimate.OPTIMIZER_BYTES['megatron-fp16']} bytes" in planning
