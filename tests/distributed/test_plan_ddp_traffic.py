@@ -22,54 +22,16 @@ import os
 
 import pytest
 import torch
-from torch.utils._pytree import tree_flatten
 
 from exatrain.models.sizes import ModelShape
 from exatrain.models.transformer import TransformerLM
 from exatrain.tools.plan import traffic
 from tests.distributed.helpers import spawn
+from tests.unit.test_plan_traffic import ReadWrite
 
 pytestmark = pytest.mark.dist
 
 SHAPE, VOCAB, SEQ, BATCH, MICRO_BATCHES = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 32, 2, 2
-
-
-class ReadWrite(torch.utils._python_dispatch.TorchDispatchMode):
-    """Bytes every aten op reads and writes: the tensors it reads, and what it writes (its outputs, or the
-    arguments it writes in place or into: copy_ and out= variants do not read their destination). Views,
-    allocations, 0-dim scalars and the c10d collectives count nothing."""
-
-    def __init__(self):
-        super().__init__()
-        self.total = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func.namespace == "aten":
-            self.total += self._moved(func, args, kwargs, out)
-        return out
-
-    @staticmethod
-    def _moved(func, args, kwargs, out) -> int:
-        name = func.overloadpacket.__name__
-        if name.startswith(("empty", "new_empty")):
-            return 0
-        values = {a.name: v for a, v in zip(func._schema.arguments, args)} | kwargs
-        written, read = [], []
-        for arg in func._schema.arguments:
-            tensors = [t for t in tree_flatten(values.get(arg.name))[0] if isinstance(t, torch.Tensor)]
-            is_write = arg.alias_info is not None and arg.alias_info.is_write
-            write_only = is_write and (arg.name == "out" or name in ("copy_", "fill_", "zero_"))
-            (written if is_write else []).extend(tensors)
-            (read if not write_only else []).extend(tensors)
-        if not written:
-            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            storages = {t.untyped_storage().data_ptr() for t in read}
-            if all(o.untyped_storage().data_ptr() in storages for o in outs):
-                return 0  # a view
-            written = outs
-        return sum(t.numel() * t.element_size() for t in read + written if t.dim() > 0)
 
 
 def _step(model, ddp: bool, x, y) -> int:

@@ -14,7 +14,7 @@ import pytest
 from exatrain.config import load_config
 from exatrain.models import configured_shape
 from exatrain.slurm.profiles import Hardware
-from exatrain.tools.plan import analytic, make_plan, planner
+from exatrain.tools.plan import analytic, make_plan, planner, workload
 from exatrain.tools.plan.comm import measure_step_comm
 from exatrain.tools.plan.layout import measure_rank
 from exatrain.tools.plan.search import model_of, search
@@ -256,7 +256,7 @@ PIPELINE_FSDP = {  # (world size, overrides): FSDP inside pipeline schedules
 def test_closed_form_fsdp_inside_a_pipeline_matches_the_measured_step(name):
     """FSDP's gathers and reduce-scatters on every pipeline rank equal the measured step's, count and bytes
     (the measured plan equals real gloo ranks: tests/distributed/test_plan_comm.py)."""
-    from exatrain.tools.plan.planner import step_shape
+    from exatrain.tools.plan.workload import step_shape
 
     world, overrides = PIPELINE_FSDP[name]
     defaults = ["parallel.dp_replicate=1", "train.global_batch_size=8"]
@@ -331,7 +331,7 @@ def test_a_search_where_nothing_fits_says_the_smallest_layout_and_how_many_gpus(
 
 
 def test_each_pipeline_rank_carries_its_own_stages():
-    """planner.stage_loads: per pipeline rank, the FLOPs of its blocks (and their recomputation) and of the
+    """workload.stage_loads: per pipeline rank, the FLOPs of its blocks (and their recomputation) and of the
     head on the last rank, and its memory-bound bytes. Checked against the model's FLOPs per token
     (observe.flops, PaLM's 6 N + 12 L D T), the head's 6 V D by hand, and the average rank's bytes."""
     from exatrain.observe.flops import transformer_flops_per_token
@@ -345,7 +345,7 @@ def test_each_pipeline_rank_carries_its_own_stages():
     dims = preflight(cfg, 4)
     shape = configured_shape(cfg.model)
     matmul = planner.shape_params(cfg, vocab) - (vocab + 64) * shape.dim
-    loads = planner.stage_loads(cfg, dims, vocab, matmul, planner.Code())
+    loads = workload.stage_loads(cfg, dims, vocab, matmul, workload.Code())
     assert len(loads) == 2
     tokens = 16 * 64 / dims.dp  # through each pipeline rank per step (TP 1)
     flops = [s.matmul_flops + s.attention_flops for s in loads]
@@ -356,8 +356,8 @@ def test_each_pipeline_rank_carries_its_own_stages():
     assert flops[1] - flops[0] == pytest.approx(6 * vocab * shape.dim * tokens)
     # the fused attention's 12 D T per block and token, 2 blocks on each rank
     assert loads[0].attention_flops == pytest.approx(2 * 12 * shape.dim * 64 * tokens)
-    # the memory-bound bytes: the average rank's (planner.memory_traffic) is their mean
-    average = planner.memory_traffic(cfg, dims, vocab, planner.Code())
+    # the memory-bound bytes: the average rank's (workload.memory_traffic) is their mean
+    average = workload.memory_traffic(cfg, dims, vocab, workload.Code())
     assert sum(s.memory_bytes for s in loads) / 2 == pytest.approx(average)
     assert loads[1].memory_bytes > loads[0].memory_bytes  # the loss over 5000 logits
 
@@ -373,18 +373,18 @@ def test_each_pipeline_rank_carries_its_own_stages():
             "parallel.activation_checkpoint=full",
         ],
     )
-    recomputed = planner.stage_loads(full, preflight(full, 4), vocab, matmul, planner.Code())
+    recomputed = workload.stage_loads(full, preflight(full, 4), vocab, matmul, workload.Code())
     block_params = matmul - vocab * shape.dim
     extra = sum(s.matmul_flops + s.attention_flops for s in recomputed) - sum(flops)
     assert extra == pytest.approx(tokens * (2 * block_params + 4 * shape.n_layers * shape.dim * 64))
 
     # a run that split its layers 1 + 3: the last rank carries three blocks' FLOPs and the head's
-    uneven = planner.stage_loads(cfg, dims, vocab, matmul, planner.Code(stage_layers=(1, 3)))
+    uneven = workload.stage_loads(cfg, dims, vocab, matmul, workload.Code(stage_layers=(1, 3)))
     per_block = flops[0] / 2
     head = 6 * vocab * shape.dim * tokens
     assert uneven[1].matmul_flops + uneven[1].attention_flops == pytest.approx(3 * per_block + head)
     with pytest.raises(ValueError, match="stage_layers"):
-        planner.stage_loads(cfg, dims, vocab, matmul, planner.Code(stage_layers=(2, 1)))
+        workload.stage_loads(cfg, dims, vocab, matmul, workload.Code(stage_layers=(2, 1)))
     params = planner.shape_params(cfg, vocab)
     even = search_evaluate(cfg, dims, vocab, params, None)
     skewed = search_evaluate(cfg, dims, vocab, params, (1, 3))
@@ -412,12 +412,12 @@ def search_evaluate(cfg, dims, vocab, params, stage_layers):
     """search.evaluate on HW, 4 GPUs per node, an 80 GB GPU."""
     from exatrain.tools.plan.search import evaluate
 
-    return evaluate(cfg, dims, vocab, HW, 4, 80.0, params, planner.Code(stage_layers=stage_layers))
+    return evaluate(cfg, dims, vocab, HW, 4, 80.0, params, workload.Code(stage_layers=stage_layers))
 
 
 @pytest.mark.parametrize("name", ["tp_replicas", "ddp", "pp_interleaved_tp"])
 def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
-    """planner.Code.weights_16bit, for validation runs whose code keeps its weights, activations and
+    """workload.Code.weights_16bit, for validation runs whose code keeps its weights, activations and
     gradients in 16 bits (Megatron-LM's Float16Module): every collective of the step is counted at half the
     bytes of the same step trained in fp32 (whose counts the tests above compare with measured steps), the
     data-parallel reduction at the fp32 bytes where the gradients are reduced from fp32 copies
@@ -440,7 +440,7 @@ def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
     narrow = dataclasses.replace(model_of(cfg, VOCAB), residual_bytes=2, grad_bytes=2)
     assert (wide.elem_bytes, narrow.elem_bytes) == (4, 2)
     shards = analytic.rank_shards(wide, dims, chunks, 0)
-    step = planner.step_shape(cfg, dims)
+    step = workload.step_shape(cfg, dims)
     full = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(wide, dims, step, shards)}
     half = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(narrow, dims, step, shards)}
     assert full.keys() == half.keys() and full
@@ -451,13 +451,13 @@ def test_sixteen_bit_code_moves_half_the_bytes_of_fp32_training(name):
     mixed = {(c.kind, c.dim): c.bytes for c in analytic.collectives(fp32_grads, dims, step, shards)}
     for key, nbytes in mixed.items():
         assert nbytes == (full[key][1] if key[1].startswith("dp") else half[key][1]), key
-    own = planner.memory_traffic(cfg, dims, VOCAB, planner.Code())
-    assert planner.memory_traffic(cfg, dims, VOCAB, planner.Code(weights_16bit=True)) < own
+    own = workload.memory_traffic(cfg, dims, VOCAB, workload.Code())
+    assert workload.memory_traffic(cfg, dims, VOCAB, workload.Code(weights_16bit=True)) < own
 
 
 @pytest.mark.parametrize("sends, gathers_per_send", [("scatter_gather", 1), ("partitioned", 2)])
 def test_pipeline_sends_of_a_tensor_parallel_share_are_gathered(sends, gathers_per_send):
-    """planner.Code.pipeline_sends (published codes, for validation runs): each tensor-parallel rank sends
+    """workload.Code.pipeline_sends (published codes, for validation runs): each tensor-parallel rank sends
     1/tp of a pipeline send's bytes; Megatron-LM's scatter/gather all-gathers every received tensor over the
     tensor-parallel group (its full bytes) once per send, DeepSpeed's partitioned engine also gathers the
     output it sent again for its backward (rank 0, the first stage: one received gradient and one sent output
@@ -466,7 +466,7 @@ def test_pipeline_sends_of_a_tensor_parallel_share_are_gathered(sends, gathers_p
     dims = preflight(cfg, 4)
     m = model_of(cfg, VOCAB)
     shards = analytic.rank_shards(m, dims, cfg.parallel.pp_stages_per_rank, 0)
-    step = planner.step_shape(cfg, dims)
+    step = workload.step_shape(cfg, dims)
     plain = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(m, dims, step, shards)}
     split = dataclasses.replace(m, pipeline_sends=sends)
     sg = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(split, dims, step, shards)}

@@ -393,24 +393,42 @@ def test_fsdp1_divides_as_torch_and_its_units_are_the_blocks_and_the_root():
     assert traffic.accumulation_bytes(k, w) == expected > 0
 
 
-class _ReadWrite(TorchDispatchMode):
-    """Bytes every op reads and writes: its tensor inputs, its outputs, and the inputs it writes in place
-    (torch's foreach ops that update their arguments return nothing)."""
+class ReadWrite(TorchDispatchMode):
+    """Bytes every aten op reads and writes: the tensors it reads, and what it writes (its outputs, or the
+    arguments it writes in place or into: copy_ and out= variants do not read their destination). Views,
+    allocations, 0-dim scalars and the c10d collectives count nothing."""
 
     def __init__(self):
         super().__init__()
         self.total = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        written = [
-            arg
-            for spec, arg in zip(func._schema.arguments, args)
-            if spec.alias_info is not None and spec.alias_info.is_write
-        ]
-        tensors = tree_flatten((args, kwargs))[0] + tree_flatten(out)[0] + tree_flatten(written)[0]
-        self.total += sum(_nbytes(t) for t in tensors if isinstance(t, torch.Tensor))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace == "aten":
+            self.total += self._moved(func, args, kwargs, out)
         return out
+
+    @staticmethod
+    def _moved(func, args, kwargs, out) -> int:
+        name = func.overloadpacket.__name__
+        if name.startswith(("empty", "new_empty")):
+            return 0
+        values = {a.name: v for a, v in zip(func._schema.arguments, args)} | kwargs
+        written, read = [], []
+        for arg in func._schema.arguments:
+            tensors = [t for t in tree_flatten(values.get(arg.name))[0] if isinstance(t, torch.Tensor)]
+            is_write = arg.alias_info is not None and arg.alias_info.is_write
+            write_only = is_write and (arg.name == "out" or name in ("copy_", "fill_", "zero_"))
+            (written if is_write else []).extend(tensors)
+            (read if not write_only else []).extend(tensors)
+        if not written:
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            storages = {t.untyped_storage().data_ptr() for t in read}
+            if all(o.untyped_storage().data_ptr() in storages for o in outs):
+                return 0  # a view
+            written = outs
+        return sum(t.numel() * t.element_size() for t in read + written if t.dim() > 0)
 
 
 def test_megatron_fp16_optimizer_moves_what_its_step_reads_and_writes():
@@ -427,7 +445,7 @@ def test_megatron_fp16_optimizer_moves_what_its_step_reads_and_writes():
     grads16 = [torch.randn(n, dtype=torch.float16) for n in sizes]
     main_params = [p.float() for p in params16]
     found_inf, inv_scale = torch.zeros(1), torch.full((1,), 1 / 8192)
-    with _ReadWrite() as counted:
+    with ReadWrite() as counted:
         main_grads = [g.float() for g in grads16]
         torch._amp_foreach_non_finite_check_and_unscale_(main_grads, found_inf, inv_scale)
         torch._foreach_norm(main_grads)

@@ -26,7 +26,7 @@ import tomllib
 
 from exatrain.config import load_config
 from exatrain.slurm.profiles import Hardware
-from exatrain.tools.plan import estimate, planner
+from exatrain.tools.plan import estimate, workload
 from exatrain.tools.plan.search import evaluate, total_params
 from exatrain.train.preflight import preflight
 
@@ -101,14 +101,14 @@ def predict(run: dict, hw: dict | None = None):
     return evaluate(cfg, dims, run["vocab"], hardware, hw["gpus_per_node"], None, params, run_code(run))
 
 
-def run_code(run: dict) -> planner.Code:
+def run_code(run: dict) -> workload.Code:
     """What the run's code did, from the facts its [source.*] cites in the data file (the run's own where it
     sets one: its gradient reduction): the attention kernel, when the gradients were reduced, the weights'
     and gradients' width, how pipeline sends went, how it accumulates gradients (not modelled where the
     source names no way); and from the run, its stage split where it differs from exatrain's."""
     source = DATA["source"][run["source"]]
     reduction = run.get("gradient_reduction", source.get("gradient_reduction"))
-    return planner.Code(
+    return workload.Code(
         attention=source.get("attention", "fused"),
         stage_layers=tuple(run["stage_layers"]) if "stage_layers" in run else None,
         reduce_after_backward=reduction == "after_backward",

@@ -31,10 +31,10 @@ class Model:
     param_bytes: int  # FSDP's param_dtype (the all-gathered copies)
     # the residual stream's and the norms' outputs' elements and their gradients' (tensor-parallel
     # reductions, pipeline sends): 4 under autocast with fp32 weights (exatrain); 2 where a run's code keeps
-    # 16-bit weights (planner.Code.weights_16bit)
+    # 16-bit weights (workload.Code.weights_16bit)
     residual_bytes: int = 4
-    grad_bytes: int = 4  # the data-parallel reduction's gradient elements (planner.Code)
-    # how a run's code sends between pipeline stages (PIPELINE_SENDS; planner.Code.pipeline_sends)
+    grad_bytes: int = 4  # the data-parallel reduction's gradient elements (workload.Code)
+    # how a run's code sends between pipeline stages (PIPELINE_SENDS; workload.Code.pipeline_sends)
     pipeline_sends: str = "whole"
 
     def __post_init__(self):

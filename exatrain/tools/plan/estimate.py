@@ -77,7 +77,7 @@ class StepInputs:
     # communication runs beside the kernels (GPUs: copy engines and NCCL's own SMs); False on CPU nodes,
     # where the same cores compute and communicate, so every collective adds to the step
     overlap: bool = True
-    # each pipeline rank's own work (planner.stage_loads); empty without pipeline parallel
+    # each pipeline rank's own work (workload.stage_loads); empty without pipeline parallel
     stages: tuple[StageLoad, ...] = ()
     accumulation: int = 1  # micro-batches per step (gradient accumulation; each one pipeline flush)
     # the gradients are reduced after the step's whole backward, beside no kernel: not exatrain's trainer

@@ -19,17 +19,8 @@ from exatrain.config import Config
 from exatrain.errors import ConfigError
 from exatrain.models import configured_shape
 from exatrain.tools.plan import analytic, estimate, memory
-from exatrain.tools.plan.planner import (
-    Code,
-    activation_spec,
-    analytic_model,
-    own_code,
-    published_ratio,
-    rank_plan,
-    sharding_note,
-    step_inputs,
-    step_shape,
-)
+from exatrain.tools.plan.planner import activation_spec, published_ratio, rank_plan, sharding_note
+from exatrain.tools.plan.workload import Code, analytic_model, own_code, step_inputs, step_shape
 from exatrain.train.preflight import preflight
 
 SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved_1f1b", 2))
@@ -190,7 +181,7 @@ def total_params(cfg: Config, vocab: int) -> int:
 
 
 def model_of(cfg: Config, vocab: int, code: Code = Code()) -> analytic.Model:
-    """The analytic model of `cfg` and `code` (planner.analytic_model)."""
+    """The analytic model of `cfg` and `code` (workload.analytic_model)."""
     return analytic_model(cfg, vocab, code)
 
 
@@ -205,7 +196,7 @@ def evaluate(
     code: Code = Code(),
 ) -> Layout:
     """Memory (largest rank) and predicted step time of one checked layout (`gpus_per_node` 0: a CPU node;
-    `code`: what the ranks run, planner.Code: exatrain's own trainer by default)."""
+    `code`: what the ranks run, workload.Code: exatrain's own trainer by default)."""
     p, t = cfg.parallel, cfg.train
     m = model_of(cfg, vocab, code)
     chunks = p.pp_stages_per_rank if dims.pp_enabled else 1
