@@ -455,3 +455,75 @@ def test_megatron_fp16_optimizer_moves_what_its_step_reads_and_writes():
     # the planning page quotes the whole step's bytes
     planning = " ".join((Path(__file__).resolve().parents[2] / "docs/planning.md").read_text().split())
     assert f"Megatron-LM's fp16 optimizer {estimate.OPTIMIZER_BYTES['megatron-fp16']} bytes" in planning
+
+
+class GatherAware(ReadWrite):
+    """ReadWrite, with indexing as the kernels run it: a gather (`index`) reads the elements it picks and
+    writes them, a scatter (`index_put_`) reads its values and writes them in place; both read their indices.
+    Neither reads the whole tensor it indexes."""
+
+    @staticmethod
+    def _moved(func, args, kwargs, out) -> int:
+        name = func.overloadpacket.__name__
+        if name not in ("index", "index_put_", "index_put"):
+            return ReadWrite._moved(func, args, kwargs, out)
+        indices = sum(_nbytes(i) for i in args[1] if i is not None)
+        if name == "index":
+            return indices + 2 * _nbytes(out)
+        values = args[2]
+        return indices + _nbytes(values) + values.numel() * args[0].element_size()
+
+
+class _MegatronCrossEntropy(torch.autograd.Function):
+    """Megatron-LM's vocab-parallel cross entropy (megatron/mpu/cross_entropy.py, _VocabParallelCrossEntropy)
+    on one tensor-parallel rank whose shard is the whole vocabulary: the same ops on the logits, in the same
+    order and in place where it works in place; its three all-reduces over the tensor-parallel group (of one
+    value per token) are left out, as a group of one has nothing to reduce."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        biggest = torch.max(logits, dim=-1)[0]
+        logits.sub_(biggest.unsqueeze(dim=-1))  # in place: the logits, shifted
+        flat = logits.view(-1, logits.size(-1))
+        rows = torch.arange(flat.size(0))
+        picked = flat[rows, target.view(-1)].clone().contiguous().view_as(target)
+        torch.exp(logits, out=logits)  # the shifted logits' exponentials, into the same tensor
+        total = logits.sum(dim=-1)
+        loss = torch.log(total) - picked
+        logits.div_(total.unsqueeze(dim=-1))  # the softmax, kept for the backward
+        ctx.save_for_backward(logits, target)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        softmax, target = ctx.saved_tensors
+        flat = softmax.view(-1, softmax.size(-1))
+        rows = torch.arange(flat.size(0))
+        flat[rows, target.view(-1)] -= 1.0  # the target's term, in place
+        softmax.mul_(grad_loss.unsqueeze(dim=-1))
+        return softmax, None
+
+
+@pytest.mark.parametrize("loss", ["megatron", "megatron-clone"])
+def test_megatron_cross_entropy_moves_what_its_ops_read_and_write(loss):
+    """traffic.LOSS_BYTES for Megatron-LM's loss: the bytes per logit of its ops on fp16 logits cast to fp32
+    (Megatron-LM's `output.float()`, Megatron-DeepSpeed's `float16_to_fp32`) and, for Megatron-DeepSpeed's
+    copy, the clone before it, counted on the CPU with gathers reading what they pick. Per logit: the
+    difference of two vocabulary sizes over the tokens, so the per-token ops (maxima, sums, the picked
+    logits, the loss) drop out. What it does not reproduce: the three all-reduces of one value per token over
+    the tensor-parallel group, and the GPU's kernels themselves (only what their operands hold)."""
+
+    def counted(vocab: int, tokens: int = 64) -> int:
+        torch.manual_seed(0)
+        logits16 = torch.randn(tokens, vocab, dtype=torch.float16, requires_grad=True)
+        target = torch.randint(0, vocab, (tokens,))
+        with GatherAware() as c:
+            logits = logits16.float()
+            if loss == "megatron-clone":
+                logits = logits.clone()
+            _MegatronCrossEntropy.apply(logits, target).sum().backward()
+        return c.total
+
+    per_logit = (counted(1024) - counted(512)) / (64 * 512)
+    cast = 6 + 6  # fp16 -> fp32 (read 2, write 4) and the gradient back (read 4, write 2)
+    assert per_logit == traffic.LOSS_BYTES[loss] + cast

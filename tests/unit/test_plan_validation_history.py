@@ -34,9 +34,17 @@ def records():
 MI250X_LINK_BOUND = 200.0
 
 
+def _before_the_megatron_loss(monkeypatch) -> None:
+    """The sources as the page took them before Megatron-LM's cross entropy was read (the last history
+    bullet): torch's cross entropy on logits gathered over the tensor-parallel ranks for every run."""
+    sources = {k: {f: v for f, v in s.items() if f != "loss"} for k, s in DATA["source"].items()}
+    monkeypatch.setitem(DATA, "source", sources)
+
+
 def _before_the_ddp_copies(monkeypatch) -> None:
-    """The data as the page had it before torch DDP's bucket copies were counted (the last history bullet):
-    no run's code charged for them."""
+    """The data as the page had it before torch DDP's bucket copies were counted (the bullet before the
+    last): no run's code charged for them; and torch's cross entropy for every run."""
+    _before_the_megatron_loss(monkeypatch)
     monkeypatch.setitem(DATA, "source", {k: dict(s, ddp="none") for k, s in DATA["source"].items()})
     monkeypatch.setitem(DATA, "run", [{f: v for f, v in r.items() if f != "ddp"} for r in DATA["run"]])
 
@@ -417,11 +425,12 @@ def test_the_history_of_the_megatron_optimizer(monkeypatch):
     assert all(now[k] > before[k] for k in now if k.startswith("megatron-"))  # slower
 
 
-def test_the_history_of_the_ddp_copies(monkeypatch, records):
-    """The last history bullet: torch DDP's bucket copies counted, for the rows of [1] without a pipeline
+def test_the_history_of_the_ddp_copies(monkeypatch):
+    """The bullet before the last: torch DDP's bucket copies counted, for the rows of [1] without a pipeline
     (DDP=torch); their rows and the table's figures, recomputed, the other rows unmoved, those four slower."""
+    _before_the_megatron_loss(monkeypatch)
     text = " ".join(PAGE.read_text().split())
-    now = {r["id"]: r["error"] for r in records}
+    now = {r["id"]: r["error"] for r in rows()}
     median, worst = _median_worst(now)
     torch_ddp = {r["id"] for r in DATA["run"] if r["source"] == "narayanan2021" and r.get("pp", 1) == 1}
     rows_ = ", ".join(f"{i} {now[i] * 100:.1f} %" for i in sorted(torch_ddp, key=lambda i: float(i[9:-1])))
@@ -431,3 +440,28 @@ def test_the_history_of_the_ddp_copies(monkeypatch, records):
     before = {r["id"]: r["error"] for r in rows()}
     assert all(before[k] == now[k] for k in now if k not in torch_ddp)
     assert all(now[k] > before[k] for k in torch_ddp)  # slower
+
+
+def test_the_history_of_the_megatron_loss(monkeypatch, records):
+    """The last history bullet: Megatron-LM's vocab-parallel cross entropy for the runs of [1], [4], [5] and
+    [6]; their rows and the table's figures, recomputed. The MPT rows do not move; rows without tensor
+    parallelism are slower (the loss's in-place ops move more bytes than torch's), rows with it faster (no
+    gather of the logits, the loss on 1/TP of them)."""
+    text = " ".join(PAGE.read_text().split())
+    now = {r["id"]: r["error"] for r in records}
+    median, worst = _median_worst(now)
+    stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)}; {_korthikanti(now)} (over the {len(now)} "
+    stated += f"runs median {median} %, worst {worst} %)"
+    assert stated in text, stated
+    megatron = {k for k, v in DATA["source"].items() if "loss" in v}
+    assert megatron == {"narayanan2021", "korthikanti2022", "bloom", "lumi-scaling"}
+    _before_the_megatron_loss(monkeypatch)
+    before = {r["id"]: r["error"] for r in rows()}
+    for run in DATA["run"]:
+        i = run["id"]
+        if run["source"] not in megatron:
+            assert before[i] == now[i], i
+        elif run["tp"] == 1:
+            assert now[i] > before[i], i  # slower
+        else:
+            assert now[i] < before[i], i  # faster

@@ -16,6 +16,8 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   its backward casts the gradient back: read 2, write 4), and fp32 weights are cast once per forward;
 - the loss casts the logits to fp32, runs log-softmax (read 4, write 4 bytes per logit), and backward
   writes the NLL gradient (4), runs log-softmax's backward (read 8, write 4) and casts back to bf16;
+  published codes compute it their own way (`loss`, LOSS_BYTES: Megatron-LM's vocab-parallel cross
+  entropy, in place on the fp32 logits);
 - gradient accumulation: from a step's second micro-batch (or pipeline microbatch) on, autograd adds each
   new weight gradient into the accumulated one in place (read both, write the sum: 12 bytes per fp32
   element); FSDP2 with bf16 parameters first converts the unsharded bf16 gradient to an fp32 accumulator
@@ -55,6 +57,19 @@ NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's
 # exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; torch's FSDP1; none
 ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "fsdp1", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
+# Bytes per fp32 logit of the loss's own kernels (the logits' cast to fp32 and back not included), by the
+# code that computes it. torch's cross entropy (exatrain): log-softmax (read 4, write 4), NLL's backward
+# (write 4), log-softmax's backward (read 8, write 4). Megatron-LM's vocab-parallel cross entropy
+# (megatron/mpu/cross_entropy.py, _VocabParallelCrossEntropy, on every tensor-parallel rank's vocabulary
+# shard): max (read 4), sub_ (read 4, write 4), exp into itself (read 4, write 4), sum (read 4), div_ (read
+# 4, write 4), and backward mul_ by the loss's gradient (read 4, write 4). Megatron-DeepSpeed's copy (BLOOM's
+# and the LUMI runs' code) clones the logits before it (read 4, write 4: bigscience-workshop's
+# Megatron-DeepSpeed PR 155, "cloning is required for backward hook to work properly")
+LOSS_BYTES = {
+    "torch": 8 + 4 + 12,
+    "megatron": 4 + 8 + 8 + 4 + 8 + 8,
+    "megatron-clone": 8 + 4 + 8 + 8 + 4 + 8 + 8,
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,7 @@ class Kernels:
     shard: int = 1  # ranks an FSDP group shards the parameters over (dp_shard)
     data_parallel: int = 1  # data-parallel ranks (dp_replicate x dp_shard): FSDP1's division factors
     ddp: bool = False  # torch's DistributedDataParallel reduces the gradients (its bucket copies: ddp_bytes)
+    loss: str = "torch"  # LOSS_BYTES: whose cross entropy
 
     @property
     def residual(self) -> int:
@@ -184,9 +200,12 @@ def head_bytes(k: Kernels) -> float:
     nf_d, nf_1 = _norm_forward(k)
     nb_d, nb_1 = _norm_backward(k)
     out = (nf_d + nb_d) * d + nf_1 + nb_1
-    # log-softmax (r 4, w 4), NLL's backward (w 4, + ids), log-softmax's backward (r 8, w 4); NLL's forward
-    # reads one logit and one id (8 bytes) per token
-    out += (8 + 4 + 12) * v + 4 + 8 + 8
+    # the loss's kernels per logit (LOSS_BYTES); per token, as torch's: NLL's forward reads one logit and one
+    # id (8 bytes), its backward writes the ids' gradient (4 + ids; Megatron-LM's per-token maxima, sums and
+    # gathered logits are of that order, about 20 bytes against the vocabulary shard's thousands of logits)
+    if k.loss not in LOSS_BYTES:
+        raise ValueError(f"Kernels.loss {k.loss!r}: one of {', '.join(LOSS_BYTES)}")
+    out += LOSS_BYTES[k.loss] * v + 4 + 8 + 8
     if k.autocast:
         out += 2 * 6 * d  # the norm output's cast and its gradient's
     if k.elem_bytes == 2:

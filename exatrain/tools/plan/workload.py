@@ -52,6 +52,10 @@ class Code:
     # the optimizer step's memory traffic (estimate.OPTIMIZER_BYTES): a fused AdamW (exatrain), or
     # Megatron-LM's fp16 optimizer (gradient copies to fp32, unscaling, the clipping norm, parameter copies)
     optimizer: str = "adamw"
+    # whose cross entropy computes the loss (traffic.LOSS_BYTES): torch's (exatrain), Megatron-LM's
+    # vocab-parallel one in place on the logits ("megatron"), or Megatron-DeepSpeed's, which clones them
+    # first ("megatron-clone"); both of those on vocabulary shards under TP (parallel.loss_parallel)
+    loss: str = "torch"
 
 
 def step_inputs(
@@ -126,6 +130,7 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         shard=dims.dp_shard,
         data_parallel=dims.dp_replicate * dims.dp_shard,
         ddp=uses_ddp(dims, code),
+        loss=code.loss,
     )
 
 
