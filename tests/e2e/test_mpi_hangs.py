@@ -14,11 +14,15 @@
 Open MPI stops the remaining ranks (SIGTERM, then SIGKILL) about a second after the first one exits
 non-zero, so the rank that writes the diagnosis must print it before the others may leave: both paths
 print first and then write the attempt's diagnosis.txt, which the other ranks wait for. The three runs start
-together so that their waits overlap.
+together so that their waits overlap, each launcher with its own TMPDIR: Open MPI 4.1's mpiruns keep their
+session directories under one TMPDIR, and one CI run of the three at once failed there (`ORTE_ERROR_LOG: File
+exists in file util/session_dir.c`; open-mpi/ompi#8510 reports such failures of simultaneous small jobs).
 """
 
+import shutil
 import socket
 import subprocess
+import tempfile
 
 import pytest
 
@@ -51,12 +55,15 @@ def start_hang_runs(tmp, command) -> dict:
     plain = ["run", "--hang-timeout=auto", str(PLAIN_HANG), "8", str(tmp / "m")]
     outside = _outside_address()  # a master address both "nodes" reach
     runs = {"watched": (watched, "127.0.0.1"), "nodes": (watched, outside), "plain": (plain, "127.0.0.1")}
-    procs = {}
+    procs, scratch = {}, []
     for name, (words, master) in runs.items():
         if master is None:
             continue
         words = [*words[:2], f"--run-dir={tmp / name}", *words[2:]]
         cmd, env = command(tmp, words, master, nodes=name == "nodes")
+        # short, so that the launcher's sockets under it stay within the 108 bytes of a socket path
+        env = {**env, "TMPDIR": tempfile.mkdtemp(prefix=f"{name}-")}
+        scratch.append(env["TMPDIR"])
         procs[name] = subprocess.Popen(
             cmd, cwd=tmp, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -68,6 +75,8 @@ def start_hang_runs(tmp, command) -> dict:
     finally:
         for proc in procs.values():
             proc.kill()
+        for path in scratch:
+            shutil.rmtree(path, ignore_errors=True)
     return results
 
 
