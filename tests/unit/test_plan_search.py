@@ -479,3 +479,21 @@ def test_pipeline_sends_of_a_tensor_parallel_share_are_gathered(sends, gathers_p
     assert {k: v for k, v in sg.items() if k[1] != "pp" and k != ("all_gather", "tp")} == {
         k: v for k, v in plain.items() if k[1] != "pp" and k != ("all_gather", "tp")
     }
+
+
+def test_a_zero1_optimizer_gathers_the_parameters_over_the_replicas():
+    """workload.Code.optimizer "deepspeed-bf16" (DeepSpeed's BF16_Optimizer, published codes): one all-gather
+    over dp_replicate after the step of every parameter element of the rank in bf16 (S), nothing else
+    changed; none for exatrain's own AdamW, none without replicas."""
+    for name, replicas in (("tp_replicas", 2), ("ddp", 4), ("fsdp_accumulating", 1)):
+        cfg = _cfg(name)
+        dims = preflight(cfg, 4)
+        own = model_of(cfg, VOCAB)
+        zero1 = model_of(cfg, VOCAB, workload.Code(optimizer="deepspeed-bf16"))
+        shards = analytic.rank_shards(own, dims, 1, 0)
+        step = workload.step_shape(cfg, dims)
+        plain = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(own, dims, step, shards)}
+        added = {(c.kind, c.dim): (c.count, c.bytes) for c in analytic.collectives(zero1, dims, step, shards)}
+        if replicas > 1:
+            assert added.pop(("all_gather", "dp_replicate")) == (1, shards.param_elements * 2), name
+        assert added == plain, name

@@ -121,6 +121,21 @@ def test_bus_factors_bubble_recompute_and_optimizer():
     assert estimate.step_time(_inputs(), [], hbm).breakdown["optimizer_s"] == pytest.approx(28e9 / 1e12)
 
 
+def test_a_zero1_optimizer_updates_its_partition_and_gathers_after_the_step():
+    """DeepSpeed's BF16_Optimizer (a published code of the validation): 34 bytes per element of the rank's
+    1/DP partition and 8 per gradient element; its all-gather of the parameters over dp_replicate comes after
+    the step, beside no kernel: exposed, where FSDP's gathers over dp_shard hide behind the kernels."""
+    hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})
+    zero1 = _inputs(optimizer="deepspeed-bf16", optimizer_partitions=4)
+    # 1e9 elements: 1e9 / 4 x 34 + 1e9 x 8 = 16.5e9 bytes at 1000 GB/s
+    assert estimate.step_time(zero1, [], hbm).breakdown["optimizer_s"] == pytest.approx(16.5e9 / 1e12)
+    # 2e9 bytes gathered over ranks 0-7 (whole nodes of 4): 2e9 x 7/8 / 25e9 = 0.07 s, all of it exposed
+    gather = Collective("all_gather", "dp_replicate", 8, 1, 2 * 10**9, tuple(range(8)))
+    assert estimate.step_time(zero1, [gather], hbm).breakdown["exposed_comm_s"] == pytest.approx(0.07)
+    fsdp = Collective("all_gather", "dp_shard", 8, 1, 2 * 10**9, tuple(range(8)))
+    assert estimate.step_time(zero1, [fsdp], hbm).breakdown["exposed_comm_s"] == 0
+
+
 def test_memory_bound_kernels_add_to_compute_and_hide_data_parallel_traffic():
     # 2e9 bytes of memory-bound kernels at 1000 GB/s: 2 ms, added to the 0.12288 s of compute
     hbm = Hardware(**{**HW.__dict__, "hbm_gbs": 1000.0})

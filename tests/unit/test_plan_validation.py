@@ -451,6 +451,29 @@ def test_the_lumi_logs_data_parallel_all_reduces_against_the_node_share():
     assert stated in " ".join(PAGE.read_text().split()), stated
 
 
+def test_the_lumi_logs_parameter_gathers_against_the_node_share():
+    """The page's reading of the LUMI 175B log's all-gathers of the parameters after each step (data file,
+    dp_all_gather_reading; DeepSpeed's BF16_Optimizer, 2 ranks: busbw = S x 1/2 / t, S both ranks' parts) in
+    iterations 2 to 4, against the share of the node's inter-node busbw the model gives the group."""
+    reading = DATA["source"]["lumi-scaling"]["dp_all_gather_reading"]
+    hw = DATA["hardware"]["mi250x-gcd"]
+    part = reading["mib_per_rank"] * 2**20
+    gbs = [
+        2 * part * estimate.BUS_FACTOR["all_gather"](2) / (sum(t) / 1e3) / 1e9 for t in reading["times_ms"]
+    ]
+    share = hw["inter_node_busbw_gbs"] * estimate.node_links_share([0, 8], hw["gpus_per_node"])
+    stated = (
+        f"of {reading['mib_per_rank']:,} MiB from each rank ran at {min(gbs):.2f} to {max(gbs):.2f} GB/s in "
+        f"iterations 2 to 4, {round(statistics.median(gbs) / share * 100)} % of that share"
+    )
+    text = " ".join(PAGE.read_text().split())
+    assert stated in text, stated
+    gathers = statistics.median(sum(t) for t in reading["times_ms"]) / 1e3
+    iteration = statistics.median(DATA["source"]["lumi-scaling"]["comms_log_iterations"]["seconds"][1:])
+    stated = f"{gathers:.2f} s of the gathers in the log's {iteration:.1f} s iterations"
+    assert stated in text, stated
+
+
 def test_the_bandwidth_readings_the_page_states(records):
     """The page's readings of the bandwidths: the LUMI rows at the Infinity Fabric bound between the two
     GCDs of one MI250X (200 GB/s, the page's figure before the LUMI log's all-gathers were read, and what

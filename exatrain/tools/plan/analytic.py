@@ -36,6 +36,9 @@ class Model:
     grad_bytes: int = 4  # the data-parallel reduction's gradient elements (workload.Code)
     # how a run's code sends between pipeline stages (PIPELINE_SENDS; workload.Code.pipeline_sends)
     pipeline_sends: str = "whole"
+    # a ZeRO-1 optimizer (DeepSpeed's BF16_Optimizer) all-gathers the updated 16-bit parameters over the
+    # data-parallel group after the step (workload.Code.optimizer)
+    gather_after_step: bool = False
 
     def __post_init__(self):
         if self.pipeline_sends not in PIPELINE_SENDS:
@@ -201,6 +204,8 @@ def collectives(m: Model, dims: ParallelDims, step: StepShape, shards: RankShard
             count = ddp_buckets(m, shards)
         grads = shards.grad_bytes or shards.param_elements * 4
         add("all_reduce", "dp_replicate", count, grads * m.grad_bytes // 4)
+        if m.gather_after_step:  # S: every parameter element of the rank, in bf16 (update_lp_params)
+            add("all_gather", "dp_replicate", 1, shards.param_elements * 2)
     if dims.pp > 1:
         # the hidden states between stages are the residual stream: fp32 under bf16 autocast (fp32
         # parameters, fp32 residual adds), FSDP's param_dtype where FSDP casts the parameters

@@ -32,10 +32,29 @@ ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq 
 # them and checks for inf (read 4, write 4), reads them once for the clipping norm (the clip itself runs
 # only when the norm exceeds the threshold: not counted) and copies the updated fp32 main parameters back
 # to the fp16 model (read 4, write 2)
+# DeepSpeed's BF16_Optimizer (BLOOM's and the LUMI runs' code, its own ZeRO-1: the step updates only the
+# rank's 1/DP partition of the fp32 master weights) copies its updated partition to the bf16 parameters
+# (read 4, write 2, update_lp_params) and then all-gathers them over the data-parallel group (the
+# collective: analytic.collectives)
 OPTIMIZER_BYTES = {
     "adamw": ADAMW_BYTES_PER_ELEMENT,
     "megatron-fp16": ADAMW_BYTES_PER_ELEMENT + (2 + 4) + (4 + 4) + 4 + (4 + 2),
+    "deepspeed-bf16": ADAMW_BYTES_PER_ELEMENT + (4 + 2),
 }
+# Bytes per gradient element of the rank (not only of its partition) an optimizer's step moves besides
+# OPTIMIZER_BYTES: DeepSpeed's BF16_Optimizer reads every fp32 gradient for the norm (get_grads_for_norm)
+# and zeroes them all after the step (clear_hp_grads)
+GRADIENT_BYTES = {"deepspeed-bf16": 4 + 4}
+# the optimizers that update only the rank's data-parallel partition and all-gather the parameters after
+# the step (ZeRO-1)
+PARTITIONED_OPTIMIZERS = ("deepspeed-bf16",)
+
+
+def optimizer_step_bytes(optimizer: str, local_param_elements: int, partitions: int = 1) -> float:
+    """Bytes one rank's optimizer step reads and writes: OPTIMIZER_BYTES per element it updates (its
+    1 / `partitions` share under ZeRO-1), GRADIENT_BYTES per gradient element it holds."""
+    updated = local_param_elements / partitions
+    return updated * OPTIMIZER_BYTES[optimizer] + local_param_elements * GRADIENT_BYTES.get(optimizer, 0)
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,7 @@ class StepInputs:
     # DeepSpeed's pipeline engine)
     reduce_after_backward: bool = False
     optimizer: str = "adamw"  # whose optimizer step (OPTIMIZER_BYTES)
+    optimizer_partitions: int = 1  # the data-parallel ranks a ZeRO-1 optimizer splits its update over
 
 
 @dataclass(frozen=True)
@@ -259,14 +279,19 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         share = node_links_share(c.ranks, inputs.gpus_per_node) if crosses else 1.0
         t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw, share, c.count)
         comm[f"{c.kind} over {c.dim}"] = t
-        if inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
+        if c.kind == "all_gather" and c.dim == "dp_replicate":
+            # a ZeRO-1 optimizer's gather of the updated parameters, after the step: beside no kernel
+            exposed_other += t
+        elif inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
             dp_total += t
             if c.kind != "all_gather":  # the gradients' all-reduce / reduce-scatter (FSDP gathers parameters)
                 reductions += t
         else:  # tensor parallel (and anything else, and everything on CPU nodes) is in the critical path
             exposed_other += t
     memory = memory_seconds(inputs.memory_bytes, hw)
-    optimizer = memory_seconds(inputs.local_param_elements * OPTIMIZER_BYTES[inputs.optimizer], hw)
+    optimizer = memory_seconds(
+        optimizer_step_bytes(inputs.optimizer, inputs.local_param_elements, inputs.optimizer_partitions), hw
+    )
     kernels = compute + memory  # the forward's and backward's kernels, one after the other
     # data-parallel traffic runs beside the kernels: FSDP's prefetched all-gathers beside every forward and
     # backward, the gradients' reduction (DDP's buckets, FSDP's reduce-scatters) only beside the last

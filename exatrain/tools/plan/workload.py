@@ -49,8 +49,10 @@ class Code:
     # "exatrain" (its trainer's rule: replicated layouts without TP or PP), "torch" (every data-parallel
     # layout: Megatron-LM's DDP=torch) or "none" (a code's own reduction: Megatron-LM's local DDP, DeepSpeed)
     ddp: str = "exatrain"
-    # the optimizer step's memory traffic (estimate.OPTIMIZER_BYTES): a fused AdamW (exatrain), or
-    # Megatron-LM's fp16 optimizer (gradient copies to fp32, unscaling, the clipping norm, parameter copies)
+    # the optimizer step's memory traffic (estimate.OPTIMIZER_BYTES): a fused AdamW (exatrain), Megatron-LM's
+    # fp16 optimizer (gradient copies to fp32, unscaling, the clipping norm, parameter copies), or DeepSpeed's
+    # BF16_Optimizer (its own ZeRO-1: each data-parallel rank updates its partition, then all-gathers the
+    # bf16 parameters after the step)
     optimizer: str = "adamw"
     # whose cross entropy computes the loss (traffic.LOSS_BYTES): torch's (exatrain), Megatron-LM's
     # vocab-parallel one in place on the logits ("megatron"), or Megatron-DeepSpeed's, which clones them
@@ -95,6 +97,7 @@ def step_inputs(
         accumulation=accumulation(cfg, dims),
         reduce_after_backward=code.reduce_after_backward,
         optimizer=code.optimizer,
+        optimizer_partitions=dims.dp_replicate if code.optimizer in estimate.PARTITIONED_OPTIMIZERS else 1,
     )
 
 
@@ -257,6 +260,7 @@ def analytic_model(cfg: Config, vocab: int, code: Code = Code()) -> analytic.Mod
         residual_bytes=2 if sixteen else 4,
         grad_bytes=2 if sixteen and not code.fp32_gradients else 4,
         pipeline_sends=code.pipeline_sends,
+        gather_after_step=code.optimizer in estimate.PARTITIONED_OPTIMIZERS,
     )
 
 
