@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
@@ -71,11 +72,17 @@ class MemoryBytes(TorchDispatchMode):
         return out
 
 
-def _measured(shape, vocab, batch, seq, bf16: bool, checkpointed: bool, dropout: float = 0.0) -> int:
+def _measured(
+    shape, vocab, batch, seq, bf16: bool, checkpointed: bool, dropout: float = 0.0, branches: int = 1
+) -> int:
+    """Bytes of one forward and backward of the model; `branches` 2: each block also drops out its attention's
+    output, as Megatron-LM's layer does (a forward hook: torch's dropout on the output projection's)."""
     torch.manual_seed(0)
     model = TransformerLM(shape, vocab, seq, dropout)
     for block in model.layers.values():  # on a CPU, SDPA with dropout takes its math path (not counted)
         block.attention.dropout = 0.0
+        if branches == 2:
+            block.attention.register_forward_hook(lambda m, i, out: F.dropout(out, dropout, m.training))
     if checkpointed:  # the trainer's activation checkpointing (torch's non-reentrant checkpoint_wrapper)
         apply_ac(model.layers, "full")
     x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
@@ -117,23 +124,32 @@ def test_closed_form_counts_the_bytes_the_model_moves(bf16, checkpointed):
 
 
 @pytest.mark.parametrize(
-    "bf16, checkpointed",
-    [(False, False), (False, True), (True, True)],
-    ids=["fp32", "fp32-checkpointed", "bf16-autocast-checkpointed"],
+    "bf16, checkpointed, branches",
+    [(False, False, 1), (False, True, 1), (True, True, 1), (False, True, 2), (True, True, 2)],
+    ids=[
+        "fp32",
+        "fp32-checkpointed",
+        "bf16-autocast-checkpointed",
+        "both-branches-fp32-checkpointed",
+        "both-branches-bf16-autocast-checkpointed",
+    ],
 )
-def test_closed_form_counts_the_dropout_kernels(bf16, checkpointed):
+def test_closed_form_counts_the_dropout_kernels(bf16, checkpointed, branches):
     """With model.dropout > 0 the embeddings' and the MLP output's dropout kernels are counted (on the CPU
     torch's decomposition: bernoulli_, div_, x * mask, and dy * mask backward) and, under checkpointing, what
     the recomputation runs again (all but the MLP dropout's last product, whose output nothing saved). The
     bytes the dropouts add are compared, so that the rest of the step does not hide an error in them. The
     attention's own dropout is switched off here: a GPU's fused kernel drops out inside it (no bytes), while
-    the CPU runs scaled_dot_product_attention's math path for it, which this count does not model."""
+    the CPU runs scaled_dot_product_attention's math path for it, which this count does not model. With
+    `branches` 2 (Kernels.dropout_branches: Megatron-LM's layer, which also drops out the attention's output,
+    mid-block, so that a checkpointed block recomputes all of it) the model is given that dropout too."""
     shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
-    added = _measured(shape, vocab, batch, seq, bf16, checkpointed, 0.1)
+    added = _measured(shape, vocab, batch, seq, bf16, checkpointed, 0.1, branches)
     added -= _measured(shape, vocab, batch, seq, bf16, checkpointed)
     work = _two_blocks(batch, seq, checkpointed)
     k = traffic.Kernels(shape, vocab, seq, elem_bytes=2 if bf16 else 4, norm="composite")
-    predicted = traffic.step_bytes(replace(k, dropout=True), work) - traffic.step_bytes(k, work)
+    with_dropout = replace(k, dropout=True, dropout_branches=branches)
+    predicted = traffic.step_bytes(with_dropout, work) - traffic.step_bytes(k, work)
     assert added > 0  # the counter sees the dropout kernels
     assert predicted == added
 

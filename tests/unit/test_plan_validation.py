@@ -133,6 +133,7 @@ def run_code(run: dict) -> workload.Code:
         ddp=run.get("ddp", source.get("ddp", "exatrain")),
         accumulation=source.get("accumulation", "none"),
         loss=source.get("loss", "torch"),
+        dropout_branches=source.get("dropout_branches", 1),
     )
 
 
@@ -472,6 +473,43 @@ def test_the_lumi_logs_parameter_gathers_against_the_node_share():
     iteration = statistics.median(DATA["source"]["lumi-scaling"]["comms_log_iterations"]["seconds"][1:])
     stated = f"{gathers:.2f} s of the gathers in the log's {iteration:.1f} s iterations"
     assert stated in text, stated
+
+
+def test_the_blind_spots_quote_the_tables_rows(records):
+    """The rows the blind spot on model size quotes are the table's."""
+    e = {r["id"]: r["error"] for r in records}
+    pipelined = [e[f"megatron-{size}"] for size in PIPELINED_MEGATRON]
+    stated = (
+        f"(megatron-1.7b {_signed(e['megatron-1.7b'])}, -3.6b {_signed(e['megatron-3.6b'])}, -7.5b "
+        f"{_signed(e['megatron-7.5b'])}, -18.4b {_signed(e['megatron-18.4b'])}; the pipelined 39.1B to 1T "
+        f"rows {_signed(min(pipelined))} to {_signed(max(pipelined))}), and lumi-7b is the worst LUMI row "
+        f"({_signed(e['lumi-7b'])}; -33b {_signed(e['lumi-33b'])}, -175b {_signed(e['lumi-175b'])})"
+    )
+    stated += f". Not so among the MPT rows on A100 (1b {_signed(e['mpt-1b-a100'])}, 13b "
+    stated += f"{_signed(e['mpt-13b-a100'])}), nor for [6] (22B {_signed(e['korthikanti-22b'])}, 175B "
+    stated += f"{_signed(e['korthikanti-175b'])}, 530B {_signed(e['korthikanti-530b'])}, 1T "
+    stated += f"{_signed(e['korthikanti-1t'])})"
+    text = " ".join(PAGE.read_text().split())
+    assert stated.split(". Not so")[0] in text, stated
+    assert "Not so" + stated.split(". Not so")[1] in text, stated
+    largest = f"(mpt-30b {_signed(e['mpt-30b-a100'])} and {_signed(e['mpt-30b-h100'])}; megatron-18.4b "
+    largest += f"{_signed(e['megatron-18.4b'])}, the least of the unpipelined rows of [1])"
+    assert largest in text, largest
+
+
+def test_the_memory_bound_share_the_page_states():
+    """The memory-bound kernels' share of the predicted step that the blind spots quote, recomputed."""
+    share = {}
+    for run in DATA["run"]:
+        layout = predict(run)
+        share[run["id"]] = round(100 * layout.breakdown["memory_bound_s"] / layout.step_time_s)
+    unpipelined = [share[f"megatron-{size}"] for size in ("1.7b", "3.6b", "7.5b", "18.4b")]
+    others = [share[f"megatron-{size}"] for size in PIPELINED_MEGATRON]
+    others += [share[f"korthikanti-{size}"] for size in KORTHIKANTI]
+    stated = f"({share['mpt-1b-a100']} % of the predicted step of mpt-1b-a100, {share['mpt-1b-h100']} % of "
+    stated += f"mpt-1b-h100, {min(unpipelined)}-{max(unpipelined)} % of the unpipelined Megatron-LM rows of "
+    stated += f"[1] and {min(others)}-{max(others)} % of the others of [1] and [6],"
+    assert stated in " ".join(PAGE.read_text().split()), stated
 
 
 def test_the_bandwidth_readings_the_page_states(records):

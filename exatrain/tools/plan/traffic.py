@@ -37,7 +37,8 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   bf16 parameters; published runs only, exatrain's RMSNorm runs on autocast's fp32 list) casts nothing but
   the logits for the loss: its fused norm reads and writes 16-bit tensors (fp32 inside), and autograd sums
   16-bit gradients;
-- with dropout (`model.dropout` > 0) each dropout (the embeddings' sum, the MLP's output) is on a GPU
+- with dropout (`model.dropout` > 0) each dropout (the embeddings' sum, the MLP's output; in Megatron-LM's
+  layer, a published code's, the attention's output too: `dropout_branches`) is on a GPU
   torch's fused kernel (native_dropout: read x, write y and a bool mask; backward: read dy and the mask,
   write dx) and on a CPU its decomposition (bernoulli_ writes a mask of x's dtype, div_ scales it in
   place, x * mask; backward: dy * mask). The attention's dropout runs inside the fused attention kernel
@@ -87,6 +88,9 @@ class Kernels:
     norm: str = "fused"
     attention: str = "fused"
     dropout: bool = False  # model.dropout > 0: dropout kernels on the embeddings and the MLP output
+    # the block's branches that end in a dropout of its width: exatrain's MLP (1); Megatron-LM's transformer
+    # layer drops out the attention's output too (2: Code.dropout_branches)
+    dropout_branches: int = 1
     module_16bit: bool = False  # 16-bit norms and parameters: nothing cast but the logits (Code.norms_16bit)
     accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
     shard: int = 1  # ranks an FSDP group shards the parameters over (dp_shard)
@@ -186,7 +190,8 @@ def block_bytes(k: Kernels) -> dict[str, float]:
     tail = add
     if k.dropout:
         f, b, last = _dropout(k, e)
-        elements = d / sp + (scores if k.attention == "materialised" else 0)  # MLP output; probabilities
+        # the MLP output (and the attention's, where the code drops it out too); the probabilities
+        elements = k.dropout_branches * d / sp + (scores if k.attention == "materialised" else 0)
         fwd += f * elements
         bwd += b * elements
         tail += last * d / sp  # the MLP output's dropout ends the branch, before the last add

@@ -58,6 +58,9 @@ class Code:
     # vocab-parallel one in place on the logits ("megatron"), or Megatron-DeepSpeed's, which clones them
     # first ("megatron-clone"); both of those on vocabulary shards under TP (parallel.loss_parallel)
     loss: str = "torch"
+    # how many of a block's two branches end in a dropout (with model.dropout > 0): exatrain's MLP output
+    # alone (1), or Megatron-LM's transformer layer, which drops out the attention's output too (2)
+    dropout_branches: int = 1
 
 
 def step_inputs(
@@ -128,6 +131,7 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         norm=code.norm,
         attention=code.attention,
         dropout=cfg.model.dropout > 0,
+        dropout_branches=code.dropout_branches,
         module_16bit=code.norms_16bit and sixteen,
         accumulation=code.accumulation,
         shard=dims.dp_shard,
