@@ -279,8 +279,9 @@ def step_time(inputs: StepInputs, collectives, hw) -> StepTime:
         share = node_links_share(c.ranks, inputs.gpus_per_node) if crosses else 1.0
         t = collective_seconds(c.kind, c.bytes, c.group_size, crosses, hw, share, c.count)
         comm[f"{c.kind} over {c.dim}"] = t
-        if c.kind == "all_gather" and c.dim == "dp_replicate":
-            # a ZeRO-1 optimizer's gather of the updated parameters, after the step: beside no kernel
+        if inputs.optimizer_partitions > 1 and c.kind == "all_gather" and c.dim == "dp_replicate":
+            # a ZeRO-1 optimizer's gather of the updated parameters (analytic.collectives adds it for such an
+            # optimizer), after the step: beside no kernel
             exposed_other += t
         elif inputs.overlap and set(c.dim.split("+")) <= set(DATA_PARALLEL):
             dp_total += t
