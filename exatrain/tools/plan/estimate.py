@@ -122,7 +122,8 @@ class PublishedRatio:
 
 PUBLISHED = PublishedRatio(runs=27, low=0.97, median=1.15, high=1.65)
 # the same ratio on the published runs that sharded their parameters over many nodes (ZeRO-3 over 48 to 280
-# nodes, docs/plan-validation.md "Runs left out"): far slower than the model, which hides FSDP's gathers
+# nodes, docs/plan-validation.md "Runs left out"; tests/unit/test_plan_validation_readings.py recomputes it):
+# far slower than the model, which hides FSDP's gathers
 SHARDED_ACROSS_NODES = PublishedRatio(
     runs=6,
     low=1.70,
