@@ -161,6 +161,13 @@ def test_materialised_attention_adds_the_scores_and_fused_norms_move_less():
     scores = traffic.Kernels(shape, 32000, 2048, elem_bytes=2, attention="materialised")
     extra = traffic.block_bytes(scores)["forward"] - traffic.block_bytes(fused)["forward"]
     assert extra == 2 * 2 * 16 * 2048  # read and write H x T bf16 scores per token
+    # ALiBi added by baddbmm (score_bias): its copy into the scores' tensor writes H x T bf16 elements per
+    # token and reads each head's bias row once, in the forward and again when recomputed
+    alibi = replace(scores, score_bias=True)
+    added = {
+        p: traffic.block_bytes(alibi)[p] - traffic.block_bytes(scores)[p] for p in traffic.block_bytes(fused)
+    }
+    assert added == {"forward": 2 * 16 * (2048 + 1), "backward": 0, "recompute": 2 * 16 * (2048 + 1)}
     composite = traffic.Kernels(shape, 32000, 2048, elem_bytes=2, norm="composite")
     assert traffic.block_bytes(composite)["backward"] > traffic.block_bytes(fused)["backward"]
 
@@ -181,30 +188,49 @@ class ProductBytes(TorchDispatchMode):
         return out
 
 
-def _attention_in_memory(q, k, v):
+def _attention_in_memory(q, k, v, alibi=None, copied=None):
     """Attention whose scores are kept in memory, as Megatron-LM's unfused path runs it: two batched
-    products around the softmax (its scale and mask are memory-bound kernels, counted by block_bytes)."""
+    products around the softmax (its scale and mask are memory-bound kernels, counted by block_bytes).
+    With `alibi` ([b x heads, 1, s]) as BLOOM's code adds it: torch.baddbmm(alibi, q, k^T, beta=1.0), whose
+    meta function first copies the broadcast bias into the result (written out here, as the CUDA and CPU
+    kernels do it inside the op) and whose product then reads that result; the copy's bytes (ReadWrite's
+    rules: the broadcast bias read once) are appended to `copied`."""
     b, h, t, d = q.shape
-    scores = torch.bmm(q.reshape(b * h, t, d), k.reshape(b * h, t, d).transpose(1, 2))
+    keys = k.reshape(b * h, t, d).transpose(1, 2)
+    if alibi is None:
+        scores = torch.bmm(q.reshape(b * h, t, d), keys)
+    else:
+        result = torch.empty(b * h, t, t)
+        with ReadWrite() as copy:
+            result.copy_(alibi)  # common_checks_baddbmm_bmm: `if (beta != 0.0) result.copy_(self)`
+        copied.append(copy.total)
+        scores = torch.baddbmm(result, q.reshape(b * h, t, d), keys, beta=1.0)
     return torch.bmm(torch.softmax(scores, dim=-1), v.reshape(b * h, t, d))
 
 
+@pytest.mark.parametrize("alibi", [False, True], ids=["no-bias", "alibi"])
 @pytest.mark.parametrize("checkpointed", [False, True])
-def test_materialised_attention_products_move_what_their_operands_hold(checkpointed):
+def test_materialised_attention_products_move_what_their_operands_hold(checkpointed, alibi):
     """The six batched products of attention with its scores in memory (two forward, four backward; two
     more when the block is recomputed) move what score_product_bytes says, counted on the real ops of
     autograd's backward. Recomputation as Megatron-LM's checkpoint runs it: the whole forward again (a
-    reentrant checkpoint; torch's non-reentrant one would stop after the first product)."""
+    reentrant checkpoint; torch's non-reentrant one would stop after the first product). With ALiBi added
+    by baddbmm (Kernels.score_bias) each QK^T product also reads the scores' tensor it adds into, and its
+    copy into that tensor writes it (traffic.alibi_bytes, counted with the ReadWrite rules: the broadcast
+    bias read once); the bias has no gradient."""
     batch, heads, seq, head_dim = 2, 4, 64, 16
     q, k, v = (torch.randn(batch, heads, seq, head_dim, requires_grad=True) for _ in range(3))
+    bias, copied = (torch.randn(batch * heads, 1, seq) if alibi else None), []
     with ProductBytes() as counter:
         if checkpointed:
-            out = checkpoint(_attention_in_memory, q, k, v, use_reentrant=True)
+            out = checkpoint(_attention_in_memory, q, k, v, bias, copied, use_reentrant=True)
         else:
-            out = _attention_in_memory(q, k, v)
+            out = _attention_in_memory(q, k, v, bias, copied)
         out.sum().backward()
     shape = ModelShape(dim=heads * head_dim, n_layers=1, n_heads=heads)
-    kernels = traffic.Kernels(shape, 512, seq, elem_bytes=4, attention="materialised")
+    kernels = traffic.Kernels(shape, 512, seq, elem_bytes=4, attention="materialised", score_bias=alibi)
+    runs = 2 if checkpointed else 1  # forwards of the block: the copy runs in each
+    assert copied == ([batch * seq * traffic.alibi_bytes(kernels)] * runs if alibi else [])
     work = traffic.RankWork(
         tokens=batch * seq,
         blocks=1,
@@ -543,3 +569,48 @@ def test_megatron_cross_entropy_moves_what_its_ops_read_and_write(loss):
     per_logit = (counted(1024) - counted(512)) / (64 * 512)
     cast = 6 + 6  # fp16 -> fp32 (read 2, write 4) and the gradient back (read 4, write 2)
     assert per_logit == traffic.LOSS_BYTES[loss] + cast
+
+
+def _bias_gradient(tokens: tuple[int, int], width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output, bias, gradient) of a bf16 bias added over [s, b, width], as Megatron-LM's layers add it."""
+    bias = torch.zeros(width, dtype=torch.bfloat16, requires_grad=True)
+    out = torch.randn(*tokens, width, dtype=torch.bfloat16) + bias
+    return out, bias, torch.randn_like(out)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_megatron_layer_moves_what_its_own_ops_add(tp):
+    """traffic.megatron_bytes, what Megatron-LM's ParallelTransformerLayer moves beyond exatrain's block, on
+    torch's CPU kernels in bf16 at one tensor-parallel rank's sizes, counted by ReadWrite: the heads' context
+    permuted back to [s, b, h] and made contiguous; autograd's backward of the fused QKV output's split (a
+    concatenation of the q, k and v gradients) and of the four bias adds (a sum over the tokens); less the
+    two adds with which autograd sums the three input gradients of exatrain's wq, wk and wv (16-bit, as in
+    a 16-bit module). The biases' own gradients (their width, once per micro-batch) are the slack allowed.
+    What it does not reproduce: the tensor-parallel split itself (sizes only) and the CUDA kernels."""
+    s, b, d, heads = 64, 2, 64, 4
+    shape = ModelShape(dim=d, n_layers=1, n_heads=heads)
+    np_, hn, hidden = heads // tp, d // heads, shape.mlp_ratio * d // tp
+    bf16 = torch.bfloat16
+    context = torch.randn(b, np_, s, hn, dtype=bf16)
+    mixed = torch.randn(s, b, np_, 3 * hn, dtype=bf16, requires_grad=True)
+    qkv = torch.split(mixed, hn, dim=-1)
+    grads = [torch.randn(s, b, np_, hn, dtype=bf16) for _ in qkv]
+    biases = [_bias_gradient((s, b), width) for width in (3 * d // tp, hidden, d, d)]
+    summed = [torch.randn(s, b, d, dtype=bf16) for _ in range(3)]
+    with ReadWrite() as megatron:
+        context.permute(2, 0, 1, 3).contiguous()
+        torch.autograd.grad(qkv, mixed, grads)
+        for out, bias, grad in biases:
+            torch.autograd.grad(out, bias, grad)
+    with ReadWrite() as exatrain:
+        summed[0] + summed[1] + summed[2]
+    k = traffic.Kernels(shape, 96, s, elem_bytes=2, param_bytes=2, tp=tp, module_16bit=True, layer="megatron")
+    per_token = sum(traffic.megatron_bytes(k).values())
+    slack = 2 * sum(bias.numel() for _, bias, _ in biases)
+    assert 0 <= megatron.total - exatrain.total - s * b * per_token <= slack
+    blocks = traffic.block_bytes(k), traffic.block_bytes(replace(k, layer="exatrain"))
+    assert {part: blocks[0][part] - blocks[1][part] for part in blocks[0]} == {
+        "forward": traffic.megatron_bytes(k)["forward"],
+        "backward": traffic.megatron_bytes(k)["backward"],
+        "recompute": traffic.megatron_bytes(k)["forward"],  # the copy is mid-block: recomputed
+    }

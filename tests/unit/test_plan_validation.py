@@ -134,6 +134,8 @@ def run_code(run: dict) -> workload.Code:
         accumulation=source.get("accumulation", "none"),
         loss=source.get("loss", "torch"),
         dropout_branches=source.get("dropout_branches", 1),
+        layer=source.get("layer", "exatrain"),
+        score_bias=source.get("alibi") == "baddbmm",
     )
 
 

@@ -42,7 +42,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   torch's fused kernel (native_dropout: read x, write y and a bool mask; backward: read dy and the mask,
   write dx) and on a CPU its decomposition (bernoulli_ writes a mask of x's dtype, div_ scales it in
   place, x * mask; backward: dy * mask). The attention's dropout runs inside the fused attention kernel
-  (no bytes); kept in memory (`materialised`), the probabilities are dropped out like the rest.
+  (no bytes); kept in memory (`materialised`), the probabilities are dropped out like the rest;
+- a published code's own layer (`layer`): Megatron-LM's splits one QKV product's output, copies the heads'
+  context back, and has four biases whose gradients are summed over the tokens (megatron_bytes); BLOOM's
+  adds ALiBi's bias into the scores with baddbmm, which copies it into the result first (alibi_bytes).
 
 The formula is written out with its derivation in docs/planning.md; tests/unit/test_plan_traffic.py compares
 it with the bytes a dispatch mode counts on the real model's ops on the CPU.
@@ -58,6 +61,7 @@ NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's
 # exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; torch's FSDP1; none
 ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "fsdp1", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
+LAYERS = ("exatrain", "megatron")  # exatrain's block; Megatron-LM's ParallelTransformerLayer (megatron_bytes)
 # Bytes per fp32 logit of the loss's own kernels (the logits' cast to fp32 and back not included), by the
 # code that computes it. torch's cross entropy (exatrain): log-softmax (read 4, write 4), NLL's backward
 # (write 4), log-softmax's backward (read 8, write 4). Megatron-LM's vocab-parallel cross entropy
@@ -91,6 +95,12 @@ class Kernels:
     # the block's branches that end in a dropout of its width: exatrain's MLP (1); Megatron-LM's transformer
     # layer drops out the attention's output too (2: Code.dropout_branches)
     dropout_branches: int = 1
+    # whose transformer layer: exatrain's block, or Megatron-LM's ParallelTransformerLayer ("megatron": one
+    # fused QKV product split three ways, the heads' context copied back to [s, b, h], biases; megatron_bytes)
+    layer: str = "exatrain"
+    # ALiBi's bias added into the materialised scores by baddbmm with beta = 1 (BLOOM's Megatron-DeepSpeed):
+    # torch copies the bias into the scores' tensor first, then the product reads it back (alibi_bytes)
+    score_bias: bool = False
     module_16bit: bool = False  # 16-bit norms and parameters: nothing cast but the logits (Code.norms_16bit)
     accumulation: str = "autograd"  # ACCUMULATIONS: how the code accumulates gradients over micro-batches
     shard: int = 1  # ranks an FSDP group shards the parameters over (dp_shard)
@@ -187,6 +197,13 @@ def block_bytes(k: Kernels) -> dict[str, float]:
     if k.attention == "materialised":
         fwd += 2 * e * scores  # softmax (scale and causal mask fused): read scores, write probabilities
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
+    if k.layer not in LAYERS:
+        raise ValueError(f"Kernels.layer {k.layer!r}: one of {', '.join(LAYERS)}")
+    if k.layer == "megatron":
+        extra = megatron_bytes(k)
+        fwd, bwd = fwd + extra["forward"], bwd + extra["backward"]
+    if k.score_bias:
+        fwd += alibi_bytes(k)
     tail = add
     if k.dropout:
         f, b, last = _dropout(k, e)
@@ -196,6 +213,35 @@ def block_bytes(k: Kernels) -> dict[str, float]:
         bwd += b * elements
         tail += last * d / sp  # the MLP output's dropout ends the branch, before the last add
     return {"forward": fwd, "backward": bwd, "recompute": fwd - tail}
+
+
+def megatron_bytes(k: Kernels) -> dict[str, float]:
+    """Bytes per token that Megatron-LM's ParallelTransformerLayer (megatron/model/transformer.py, also
+    Megatron-DeepSpeed's) moves beyond exatrain's block, whose kernels block_bytes counts: forward, the
+    heads' context permuted back to [s, b, h] by .contiguous() (read, write); backward, the split of the
+    fused QKV output into q, k and v, whose gradients autograd concatenates (read three, write one), but
+    no sum of three input gradients (exatrain's wq, wk and wv each return one), and the bias gradients
+    (QKV's and the first MLP product's on this rank's shard; the attention output's and the MLP output's,
+    added after the tensor-parallel reduction): autograd's sum over the tokens reads each gradient once.
+    Not counted: the QKV product's own bias add, whose bytes depend on the torch version (an in-place add,
+    a copy before a beta = 1 product, or none in cuBLASLt's epilogue)."""
+    d, e, r = k.shape.dim, k.elem_bytes, k.residual
+    sp = k.tp if k.sequence_parallel else 1
+    hidden = k.shape.mlp_ratio * d / k.tp
+    forward = 2 * e * d / k.tp  # context_layer.permute(2, 0, 1, 3).contiguous()
+    backward = 2 * e * 3 * d / k.tp  # SplitBackward: cat of the q, k and v gradients
+    backward -= 2 * 3 * (r if k.module_16bit else 4) * d  # block_bytes' sum of wq's, wk's and wv's
+    backward += e * (3 * d / k.tp + hidden) + 2 * e * d / sp  # the four bias gradients
+    return {"forward": forward, "backward": backward}
+
+
+def alibi_bytes(k: Kernels) -> float:
+    """Bytes per token of the copy that puts ALiBi's bias into the scores' tensor: BLOOM's code calls
+    torch.baddbmm(alibi, q, k^T, beta=1.0), whose meta function copies the bias (a [b x heads, 1, s] tensor
+    broadcast over the queries: read once, its rows stay in cache) into the result before the product (its
+    read of that result: score_product_bytes)."""
+    heads = k.shape.n_heads / k.tp
+    return k.elem_bytes * heads * (k.seq_len + 1)  # write the scores' bias, read each head's row
 
 
 def head_bytes(k: Kernels) -> float:
@@ -297,7 +343,10 @@ def score_product_bytes(k: Kernels, w: RankWork) -> float:
     heads = k.shape.n_heads / k.tp
     head_dim = k.shape.dim / k.shape.n_heads
     per_product = k.elem_bytes * heads * (k.seq_len + 2 * head_dim)  # per token
-    return w.tokens * per_product * (6 * w.blocks + 2 * w.recomputed_blocks)
+    moved = w.tokens * per_product * (6 * w.blocks + 2 * w.recomputed_blocks)
+    if k.score_bias:  # QK^T with beta = 1 reads the scores' tensor (ALiBi's bias) it adds into
+        moved += w.tokens * k.elem_bytes * heads * k.seq_len * (w.blocks + w.recomputed_blocks)
+    return moved
 
 
 def gradient_elements(k: Kernels, w: RankWork) -> float:

@@ -61,6 +61,11 @@ class Code:
     # how many of a block's two branches end in a dropout (with model.dropout > 0): exatrain's MLP output
     # alone (1), or Megatron-LM's transformer layer, which drops out the attention's output too (2)
     dropout_branches: int = 1
+    # whose transformer layer (traffic.Kernels.layer): exatrain's block, or Megatron-LM's ("megatron": its
+    # fused QKV split, context copy and bias gradients)
+    layer: str = "exatrain"
+    # ALiBi's bias added into the materialised scores by baddbmm with beta = 1 (traffic.alibi_bytes)
+    score_bias: bool = False
 
 
 def step_inputs(
@@ -132,6 +137,8 @@ def traffic_kernels(cfg: Config, dims: ParallelDims, vocab: int, code: Code) -> 
         attention=code.attention,
         dropout=cfg.model.dropout > 0,
         dropout_branches=code.dropout_branches,
+        layer=code.layer,
+        score_bias=code.score_bias,
         module_16bit=code.norms_16bit and sixteen,
         accumulation=code.accumulation,
         shard=dims.dp_shard,
