@@ -609,8 +609,34 @@ def test_megatron_layer_moves_what_its_own_ops_add(tp):
     slack = 2 * sum(bias.numel() for _, bias, _ in biases)
     assert 0 <= megatron.total - exatrain.total - s * b * per_token <= slack
     blocks = traffic.block_bytes(k), traffic.block_bytes(replace(k, layer="exatrain"))
-    assert {part: blocks[0][part] - blocks[1][part] for part in blocks[0]} == {
-        "forward": traffic.megatron_bytes(k)["forward"],
-        "backward": traffic.megatron_bytes(k)["backward"],
-        "recompute": traffic.megatron_bytes(k)["forward"],  # the copy is mid-block: recomputed
-    }
+    assert blocks[0]["forward"] - blocks[1]["forward"] == traffic.megatron_bytes(k)["forward"]
+    assert blocks[0]["backward"] - blocks[1]["backward"] == traffic.megatron_bytes(k)["backward"]
+    assert blocks[0]["recompute"] == blocks[0]["forward"]  # a reentrant checkpoint: the whole layer again
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+def test_a_reentrant_checkpoint_recomputes_the_last_add_too(bf16):
+    """Megatron-LM's checkpoint (and DeepSpeed's) is reentrant: an autograd Function that reruns the whole
+    layer in the backward, where torch's non-reentrant checkpoint (exatrain's) stops before the block's last
+    residual add, whose output nothing in the block saved. Counted on the CPU on the real model with each
+    block in torch's reentrant checkpoint_wrapper: it moves the last add's bytes more per recomputed block,
+    what block_bytes' "recompute" adds for Kernels.layer "megatron" (the rest of that layer's count is
+    test_megatron_layer_moves_what_its_own_ops_add's)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+
+    shape, vocab, batch, seq = ModelShape(dim=64, n_layers=2, n_heads=4), 96, 4, 64
+    non_reentrant = _measured(shape, vocab, batch, seq, bf16, checkpointed=True)
+    torch.manual_seed(0)
+    model = TransformerLM(shape, vocab, seq, 0.0)
+    for name, block in list(model.layers.items()):
+        model.layers[name] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.REENTRANT)
+    x, y = torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+    with MemoryBytes() as counter:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x, y)
+        loss.backward()
+    k = traffic.Kernels(shape, vocab, seq, elem_bytes=2 if bf16 else 4, norm="composite")
+    exatrains, megatrons = traffic.block_bytes(k), traffic.block_bytes(replace(k, layer="megatron"))
+    tail = exatrains["forward"] - exatrains["recompute"]  # what the non-reentrant recompute leaves out
+    assert tail > 0 and megatrons["recompute"] == megatrons["forward"]
+    assert counter.total - non_reentrant == shape.n_layers * batch * seq * tail

@@ -174,7 +174,7 @@ def _dropout(k: Kernels, e: int) -> tuple[int, int, int]:
 def block_bytes(k: Kernels) -> dict[str, float]:
     """Bytes per token of one block's memory-bound kernels: forward, backward and the forward that
     activation checkpointing recomputes (torch's non-reentrant checkpoint stops before the block's last
-    residual add, whose output nothing in the block saved)."""
+    residual add, whose output nothing in the block saved; Megatron-LM's reentrant one reruns it all)."""
     d, e, r = k.shape.dim, k.elem_bytes, k.residual
     hidden = k.shape.mlp_ratio * d / k.tp  # the MLP's width on this rank
     sp = k.tp if k.sequence_parallel else 1  # norms and residual adds on a sequence shard
@@ -212,7 +212,9 @@ def block_bytes(k: Kernels) -> dict[str, float]:
         fwd += f * elements
         bwd += b * elements
         tail += last * d / sp  # the MLP output's dropout ends the branch, before the last add
-    return {"forward": fwd, "backward": bwd, "recompute": fwd - tail}
+    # Megatron-LM's checkpoint (and DeepSpeed's, in Megatron-DeepSpeed) is reentrant: an autograd Function
+    # that reruns the whole layer, its last add too
+    return {"forward": fwd, "backward": bwd, "recompute": fwd if k.layer == "megatron" else fwd - tail}
 
 
 def megatron_bytes(k: Kernels) -> dict[str, float]:
