@@ -96,7 +96,8 @@ class Kernels:
     # layer drops out the attention's output too (2: Code.dropout_branches)
     dropout_branches: int = 1
     # whose transformer layer: exatrain's block, or Megatron-LM's ParallelTransformerLayer ("megatron": one
-    # fused QKV product split three ways, the heads' context copied back to [s, b, h], biases; megatron_bytes)
+    # fused QKV product split three ways, the heads' context copied back to [s, b, h], biases; megatron_bytes;
+    # and its reentrant checkpoint, which recomputes the whole layer: block_bytes)
     layer: str = "exatrain"
     # ALiBi's bias added into the materialised scores by baddbmm with beta = 1 (BLOOM's Megatron-DeepSpeed):
     # torch copies the bias into the scores' tensor first, then the product reads it back (alibi_bytes)
