@@ -212,3 +212,45 @@ def test_blooms_recorded_stage_split_against_exatrains_own(monkeypatch):
         DATA, "source", {k: {f: v for f, v in s.items() if f != "loss"} for k, s in DATA["source"].items()}
     )
     assert predict(run).step_time_s == pytest.approx(predict(own).step_time_s, rel=1e-9)
+
+
+def _seconds(stamp: str) -> float:
+    """A log line's "HH:MM:SS,mmm" time in seconds."""
+    clock, millis = stamp.split(",")
+    hours, minutes, seconds = (int(x) for x in clock.split(":"))
+    return hours * 3600 + minutes * 60 + seconds + int(millis) / 1000
+
+
+def test_the_lumi_logs_microbatch_pace_against_the_models():
+    """The page's reading of the LUMI 175B log's pipeline pace (data file, microbatch_cycle_reading): rank 0's
+    sends in iteration 2's 1F1B steady state come every median-interval seconds; (m + p - 1) such cycles,
+    the microbatches and the fill and drain, make up nearly all of the iteration, so the schedule and the
+    data-parallel traffic are not where the model falls short. The model's step over the same cycles, and
+    its products' and memory-bound kernels' share of each microbatch, recomputed."""
+    source = DATA["source"]["lumi-scaling"]
+    reading = source["microbatch_cycle_reading"]
+    times = [_seconds(s) for s in reading["send_times"]]
+    intervals = [b - a for a, b in zip(times, times[1:])]
+    pace = statistics.median(intervals)
+    run = next(r for r in DATA["run"] if r["id"] == "lumi-175b")
+    micro = run["global_batch"] // (run["dp_replicate"] * run["micro_batch"])
+    cycles = micro + run["pp"] - 1
+    iteration = source["comms_log_iterations"]["seconds"][reading["iteration"] - 1]
+    layout = predict(run)
+    model_pace = layout.step_time_s / cycles
+    stated = (
+        f"sends a microbatch's output every {pace:.3f} s (the median of {len(intervals)} intervals, "
+        f"{min(intervals):.3f} to {max(intervals):.3f} s), and {cycles} such cycles ({micro} microbatches "
+        f"and {run['pp'] - 1} of fill and drain) take {cycles * pace:.1f} s, "
+        f"{cycles * pace / iteration:.1%} of the iteration's {iteration:.2f} s"
+    ).replace("%", " %")
+    text = " ".join(PAGE.read_text().split())
+    assert stated in text, stated
+    model = (
+        f"the model's step ({layout.step_time_s:.1f} s) is a pace of {model_pace:.3f} s, "
+        f"{1 - model_pace / pace:.0%} short of the log's (per microbatch, products "
+        f"{layout.breakdown['compute_s'] / micro:.2f} s and memory-bound kernels "
+        f"{layout.breakdown['memory_bound_s'] / micro:.2f} s): the microbatch's kernels, its tensor-parallel "
+        f"all-reduces and its sends would have to take {pace / model_pace - 1:.0%} longer than the model's"
+    ).replace("%", " %")
+    assert model in text, model
