@@ -8,6 +8,7 @@ tests/unit/test_plan_validation_history.py."""
 from __future__ import annotations
 
 import statistics
+from datetime import datetime
 
 import pytest
 
@@ -214,13 +215,6 @@ def test_blooms_recorded_stage_split_against_exatrains_own(monkeypatch):
     assert predict(run).step_time_s == pytest.approx(predict(own).step_time_s, rel=1e-9)
 
 
-def _seconds(stamp: str) -> float:
-    """A log line's "HH:MM:SS,mmm" time in seconds."""
-    clock, millis = stamp.split(",")
-    hours, minutes, seconds = (int(x) for x in clock.split(":"))
-    return hours * 3600 + minutes * 60 + seconds + int(millis) / 1000
-
-
 def test_the_lumi_logs_microbatch_pace_against_the_models():
     """The page's reading of the LUMI 175B log's pipeline pace (data file, microbatch_cycle_reading): rank 0's
     sends in iteration 2's 1F1B steady state come every median-interval seconds; (m + p - 1) such cycles,
@@ -229,8 +223,8 @@ def test_the_lumi_logs_microbatch_pace_against_the_models():
     its products' and memory-bound kernels' share of each microbatch, recomputed."""
     source = DATA["source"]["lumi-scaling"]
     reading = source["microbatch_cycle_reading"]
-    times = [_seconds(s) for s in reading["send_times"]]
-    intervals = [b - a for a, b in zip(times, times[1:])]
+    times = [datetime.strptime(s, "%H:%M:%S,%f") for s in reading["send_times"]]  # the log's clock
+    intervals = [(b - a).total_seconds() for a, b in zip(times, times[1:])]
     pace = statistics.median(intervals)
     run = next(r for r in DATA["run"] if r["id"] == "lumi-175b")
     micro = run["global_batch"] // (run["dp_replicate"] * run["micro_batch"])
