@@ -90,27 +90,35 @@ def _paused(counter: FlatParamBytes, collective):
     return call
 
 
+def composer_fsdp1():
+    """exatrain's reference model wrapped in FSDP1 as Composer wraps MPT: one unit per block and the root,
+    FULL_SHARD, bf16 parameters (a rank of an initialised gloo group)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    return FSDP(
+        TransformerLM(SHAPE, VOCAB, SEQ, 0.0),
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+        mixed_precision=MixedPrecision(param_dtype=torch.bfloat16),
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        device_id=torch.device("cpu"),
+    )
+
+
 def _rank(rank, world, env, checkpointed, out_dir):
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         apply_activation_checkpointing,
     )
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     dist = torch.distributed
     dist.init_process_group(
         "gloo", init_method=f"tcp://{env.main_address}:{env.main_port}", rank=rank, world_size=world
     )
     try:
-        torch.manual_seed(0)
-        model = FSDP(
-            TransformerLM(SHAPE, VOCAB, SEQ, 0.0),
-            auto_wrap_policy=ModuleWrapPolicy({Block}),
-            mixed_precision=MixedPrecision(param_dtype=torch.bfloat16),
-            sharding_strategy=ShardingStrategy.FULL_SHARD,
-            device_id=torch.device("cpu"),
-        )
+        model = composer_fsdp1()
         if checkpointed:
             apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Block))
         units = [(m._handle.flat_param, m is model) for m in FSDP.fsdp_modules(model)]

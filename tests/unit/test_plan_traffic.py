@@ -90,9 +90,15 @@ class ReadWrite(TorchDispatchMode):
 
     @staticmethod
     def _moved(func, args, kwargs, out) -> int:
+        read, written = ReadWrite._operands(func, args, kwargs, out)
+        return sum(t.numel() * t.element_size() for t in read + written if t.dim() > 0)
+
+    @staticmethod
+    def _operands(func, args, kwargs, out) -> tuple[list, list]:
+        """The tensors an op reads and those it writes (none for allocations and views)."""
         name = func.overloadpacket.__name__
         if name.startswith(("empty", "new_empty")):
-            return 0
+            return [], []
         values = {a.name: v for a, v in zip(func._schema.arguments, args)} | kwargs
         written, read = [], []
         for arg in func._schema.arguments:
@@ -105,9 +111,9 @@ class ReadWrite(TorchDispatchMode):
             outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             storages = {t.untyped_storage().data_ptr() for t in read}
             if all(o.untyped_storage().data_ptr() in storages for o in outs):
-                return 0  # a view
+                return [], []  # a view
             written = outs
-        return sum(t.numel() * t.element_size() for t in read + written if t.dim() > 0)
+        return read, written
 
 
 def _measured(

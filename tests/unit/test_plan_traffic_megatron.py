@@ -1,9 +1,10 @@
 """The memory-bound bytes of the published Megatron codes' own ops (exatrain/tools/plan/traffic.py and
 estimate.py, for the validation runs of docs/plan-validation.md) against independent counts on torch's CPU
 kernels: Megatron-LM's fp16 optimizer step, its vocab-parallel cross entropy, its transformer layer's split,
-copy and bias gradients, and its reentrant activation checkpoint. Each test runs the ops the code runs,
-under a dispatch mode that counts what they read and write (tests/unit/test_plan_traffic.py's counters,
-whose rules know nothing of the model). exatrain's own model: tests/unit/test_plan_traffic.py.
+copy and bias gradients, and its reentrant activation checkpoint; and llm-foundry's MPT block (the MPT
+runs' code; their optimizer step: tests/distributed/test_plan_composer_step.py). Each test runs the ops the
+code runs, under a dispatch mode that counts what they read and write (tests/unit/test_plan_traffic.py's
+counters, whose rules know nothing of the model). exatrain's own model: tests/unit/test_plan_traffic.py.
 """
 
 from __future__ import annotations
@@ -159,6 +160,45 @@ def test_megatron_layer_moves_what_its_own_ops_add(tp):
     assert blocks[0]["forward"] - blocks[1]["forward"] == traffic.megatron_bytes(k)["forward"]
     assert blocks[0]["backward"] - blocks[1]["backward"] == traffic.megatron_bytes(k)["backward"]
     assert blocks[0]["recompute"] == blocks[0]["forward"]  # a reentrant checkpoint: the whole layer again
+
+
+def test_mpt_block_moves_what_its_own_ops_add():
+    """traffic.mpt_bytes, what llm-foundry's MPTBlock (the MPT runs' code) moves beyond exatrain's block, on
+    torch's CPU kernels in bf16, counted by ReadWrite: autograd's backward of the fused Wqkv output's
+    qkv.chunk(3, dim=2) (a concatenation of the q, k and v gradients) and of the four bias adds (a sum over
+    the tokens), and the triton attention backward's dq.copy_(dq_accum) from its fp32 accumulator; less the
+    two adds with which autograd sums the three input gradients of exatrain's wq, wk and wv. The attention's
+    other side kernel, _bwd_preprocess_do_o_dot, is triton's and does not run here: its operands are counted
+    from their tensors (it reads o and do and writes one fp32 value per row and head). The biases' own
+    gradients (their width, once per micro-batch) are the slack allowed. What it does not reproduce: the
+    triton and CUDA kernels themselves."""
+    b, s, d, heads = 2, 64, 64, 4
+    shape = ModelShape(dim=d, n_layers=1, n_heads=heads)
+    bf16, d_head = torch.bfloat16, d // heads
+    mixed = torch.randn(b, s, 3 * d, dtype=bf16, requires_grad=True)
+    qkv = mixed.chunk(3, dim=2)
+    grads = [torch.randn(b, s, d, dtype=bf16) for _ in qkv]
+    biases = [_bias_gradient((b, s), width) for width in (3 * d, d, shape.mlp_ratio * d, d)]
+    o, do = (torch.randn(b, s, heads, d_head, dtype=bf16) for _ in range(2))
+    dq_accum, dq = torch.randn(b, s, heads, d_head), torch.empty(b, s, heads, d_head, dtype=bf16)
+    summed = [torch.randn(b, s, d, dtype=bf16) for _ in range(3)]
+    with ReadWrite() as mpt:
+        torch.autograd.grad(qkv, mixed, grads)
+        for out, bias, grad in biases:
+            torch.autograd.grad(out, bias, grad)
+        dq.copy_(dq_accum)
+    preprocess = _nbytes(o) + _nbytes(do) + b * s * heads * 4
+    with ReadWrite() as exatrain:
+        summed[0] + summed[1] + summed[2]
+    k = traffic.Kernels(shape, 96, s, elem_bytes=2, param_bytes=2, module_16bit=True, layer="mpt")
+    per_token = sum(traffic.mpt_bytes(k).values())
+    slack = 2 * sum(bias.numel() for _, bias, _ in biases)
+    assert 0 <= mpt.total + preprocess - exatrain.total - b * s * per_token <= slack
+    blocks = traffic.block_bytes(k), traffic.block_bytes(replace(k, layer="exatrain"))
+    assert blocks[0]["forward"] == blocks[1]["forward"] and traffic.mpt_bytes(k)["forward"] == 0
+    assert blocks[0]["backward"] - blocks[1]["backward"] == traffic.mpt_bytes(k)["backward"]
+    # torch's non-reentrant checkpoint, as exatrain's: the recompute stops before the last add
+    assert blocks[0]["forward"] - blocks[0]["recompute"] > 0
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])

@@ -426,6 +426,39 @@ def test_the_memory_bound_share_the_page_states():
     assert stated in " ".join(PAGE.read_text().split()), stated
 
 
+def test_the_mpt_rows_predicted_rates_the_page_states(records):
+    """The predicted model TF/s per GPU of the MPT rows without recomputation (1b to 13b) and its share of
+    each GPU's peak, as the blind spot on the compute term quotes them."""
+    text = " ".join(PAGE.read_text().split())
+    ranges, shares = [], []
+    for gpu in ("a100", "h100"):
+        ids = {f"mpt-{size}-{gpu}" for size in MPT_UNCHECKPOINTED}
+        rates = [r["predicted_tflops"] for r in records if r["id"] in ids]
+        peak = DATA["hardware"][f"{gpu}-80gb"]["peak_tflops"]
+        ranges.append(f"{min(rates):.0f}-{max(rates):.0f}")
+        shares.append(f"{100 * min(rates) / peak:.0f}-{100 * max(rates) / peak:.0f} %")
+    stated = f"is {ranges[0]} on A100 and {ranges[1]} on H100 ({shares[0]} and {shares[1]} of the peak"
+    assert stated in text, stated
+
+
+# the MPT rows without activation checkpointing (the 30B rows checkpoint every block)
+MPT_UNCHECKPOINTED = ("1b", "3b", "7b", "13b")
+
+
+def test_the_mpt_h100_gaps_the_page_states(records):
+    """The gaps between the MPT H100 rows' measured and predicted steps that the runs-measured-here section
+    quotes, and the share of each gap the FSDP collectives it states would fill if wholly exposed."""
+    text = " ".join(PAGE.read_text().split())
+    gaps = {r["id"]: r["measured_s"] - r["predicted_s"] for r in records if r["id"].endswith("-h100")}
+    gaps = [gaps[f"mpt-{size}-h100"] for size in ("1b", "7b", "13b", "30b")]
+    exposed = (0.023, 0.113, 0.215, 5.5)  # the plan's comm times the sentence quotes
+    ms = ", ".join(f"{g * 1e3:.0f}" for g in gaps[:3])
+    shares = ", ".join(f"{100 * c / g:.0f} %" for c, g in zip(exposed[:3], gaps))
+    stated = f"to gaps of {ms} ms and {gaps[3]:.1f} s (1b, 7b, 13b, 30b): at most {shares}"
+    stated += f" and {100 * exposed[3] / gaps[3]:.0f} % of each gap"
+    assert stated in text, stated
+
+
 def _changed_rows(errors: dict[str, float]) -> str:
     """The rows of [1], [4] and [5] as the history lists them: "megatron -23 %, -18 %, -10 %, -6 %;
     bloom-176b -4 %; lumi -40 %, -34 %, -37 %"."""

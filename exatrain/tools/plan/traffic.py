@@ -44,8 +44,10 @@ step dispatches (one kernel per aten op), with the element size of each tensor:
   place, x * mask; backward: dy * mask). The attention's dropout runs inside the fused attention kernel
   (no bytes); kept in memory (`materialised`), the probabilities are dropped out like the rest;
 - a published code's own layer (`layer`): Megatron-LM's splits one QKV product's output, copies the heads'
-  context back, and has four biases whose gradients are summed over the tokens (megatron_bytes); BLOOM's
-  adds ALiBi's bias into the scores with baddbmm, which copies it into the result first (alibi_bytes).
+  context back, and has four biases whose gradients are summed over the tokens (megatron_bytes); the MPT
+  runs' MPTBlock splits its QKV output and has four biases too, and its triton attention's backward runs two
+  kernels besides its main one (mpt_bytes); BLOOM's adds ALiBi's bias into the scores with baddbmm, which
+  copies it into the result first (alibi_bytes).
 
 The formula is written out with its derivation in docs/planning.md; tests/unit/test_plan_traffic.py compares
 it with the bytes a dispatch mode counts on the real model's ops on the CPU.
@@ -61,7 +63,9 @@ NORM_KERNELS = ("fused", "composite")  # a GPU's fused RMSNorm kernel; the CPU's
 # exatrain's (autograd, FSDP2); Megatron-LM's fp16 main_grad; DeepSpeed's bf16 optimizer; torch's FSDP1; none
 ACCUMULATIONS = ("autograd", "16-bit", "deepspeed-bf16", "fsdp1", "none")
 ATTENTION_KERNELS = ("fused", "materialised")  # flash attention; scores and softmax kept in memory
-LAYERS = ("exatrain", "megatron")  # exatrain's block; Megatron-LM's ParallelTransformerLayer (megatron_bytes)
+# exatrain's block; Megatron-LM's ParallelTransformerLayer (megatron_bytes); llm-foundry's MPTBlock
+# (mpt_bytes)
+LAYERS = ("exatrain", "megatron", "mpt")
 # Bytes per fp32 logit of the loss's own kernels (the logits' cast to fp32 and back not included), by the
 # code that computes it. torch's cross entropy (exatrain): log-softmax (read 4, write 4), NLL's backward
 # (write 4), log-softmax's backward (read 8, write 4). Megatron-LM's vocab-parallel cross entropy
@@ -97,7 +101,8 @@ class Kernels:
     dropout_branches: int = 1
     # whose transformer layer: exatrain's block, or Megatron-LM's ParallelTransformerLayer ("megatron": one
     # fused QKV product split three ways, the heads' context copied back to [s, b, h], biases; megatron_bytes;
-    # and its reentrant checkpoint, which recomputes the whole layer: block_bytes)
+    # and its reentrant checkpoint, which recomputes the whole layer: block_bytes), or llm-foundry's MPTBlock
+    # ("mpt": the same split and biases, the triton attention's side kernels; mpt_bytes)
     layer: str = "exatrain"
     # ALiBi's bias added into the materialised scores by baddbmm with beta = 1 (BLOOM's Megatron-DeepSpeed):
     # torch copies the bias into the scores' tensor first, then the product reads it back (alibi_bytes)
@@ -200,8 +205,8 @@ def block_bytes(k: Kernels) -> dict[str, float]:
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
     if k.layer not in LAYERS:
         raise ValueError(f"Kernels.layer {k.layer!r}: one of {', '.join(LAYERS)}")
-    if k.layer == "megatron":
-        extra = megatron_bytes(k)
+    if k.layer != "exatrain":
+        extra = megatron_bytes(k) if k.layer == "megatron" else mpt_bytes(k)
         fwd, bwd = fwd + extra["forward"], bwd + extra["backward"]
     if k.score_bias:
         fwd += alibi_bytes(k)
@@ -236,6 +241,21 @@ def megatron_bytes(k: Kernels) -> dict[str, float]:
     backward -= 2 * 3 * (r if k.module_16bit else 4) * d  # block_bytes' sum of wq's, wk's and wv's
     backward += e * (3 * d / k.tp + hidden) + 2 * e * d / sp  # the four bias gradients
     return {"forward": forward, "backward": backward}
+
+
+def mpt_bytes(k: Kernels) -> dict[str, float]:
+    """Bytes per token that llm-foundry's MPTBlock (the MPT runs' code: biases in its four products, the
+    triton flash attention its yamls name) moves beyond exatrain's block. Backward, as Megatron-LM's layer:
+    the fused Wqkv output's chunk into q, k and v, whose gradients autograd concatenates, instead of the sum
+    of three input gradients, and the four bias gradients; and two kernels of the triton attention's
+    backward around its main one: the rows' dot of the output and its gradient (read both, write one fp32
+    value per head) and the fp32 dq accumulator copied into dq (read 4, write e). Forward, nothing more: the
+    attention writes [b, s, heads, d_head], which MPT views as [b, s, d], and the biases are added in the
+    products' cuBLASLt epilogue (torch 2.1 on CUDA flattens the 3-D input into addmm)."""
+    d, e = k.shape.dim, k.elem_bytes
+    heads = k.shape.n_heads / k.tp
+    attention = 2 * e * d / k.tp + 4 * heads + (4 + e) * d / k.tp
+    return {"forward": 0.0, "backward": megatron_bytes(k)["backward"] + attention}
 
 
 def alibi_bytes(k: Kernels) -> float:

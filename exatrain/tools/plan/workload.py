@@ -62,7 +62,8 @@ class Code:
     # alone (1), or Megatron-LM's transformer layer, which drops out the attention's output too (2)
     dropout_branches: int = 1
     # whose transformer layer (traffic.Kernels.layer): exatrain's block, or Megatron-LM's ("megatron": its
-    # fused QKV split, context copy and bias gradients, and its reentrant checkpoint, which reruns it all)
+    # fused QKV split, context copy and bias gradients, and its reentrant checkpoint, which reruns it all), or
+    # llm-foundry's MPTBlock ("mpt": its QKV split, bias gradients and triton attention's side kernels)
     layer: str = "exatrain"
     # ALiBi's bias added into the materialised scores by baddbmm with beta = 1 (traffic.alibi_bytes)
     score_bias: bool = False
