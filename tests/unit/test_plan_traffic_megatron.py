@@ -162,6 +162,46 @@ def test_megatron_layer_moves_what_its_own_ops_add(tp):
     assert blocks[0]["recompute"] == blocks[0]["forward"]  # a reentrant checkpoint: the whole layer again
 
 
+def test_mpt_fused_cross_entropy_against_torchs():
+    """traffic.head_bytes with the MPT runs' loss ("xentropy": flash-attn's fused xentropy kernels on the bf16
+    logits) against torch's cross entropy on the same logits, per logit (the difference of two vocabulary
+    sizes over the tokens, so that per-token values drop out). torch's side is counted on the CPU: the
+    logits cast to fp32, cross entropy, its backward and the gradient cast back, by MemoryBytes (whose NLL
+    rules read one log-probability per target). The xentropy
+    kernels do not run on a CPU; their operands are counted from their tensors: the forward reads the
+    logits and writes a loss and a log-sum-exp per token, the backward reads the logits (with the loss's
+    gradient, the log-sum-exp and the labels) and writes the logits' gradient."""
+
+    def torch_side(vocab: int, tokens: int = 64) -> int:
+        torch.manual_seed(0)
+        logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+        target = torch.randint(0, vocab, (tokens,))
+        with MemoryBytes() as c:
+            torch.nn.functional.cross_entropy(logits.float(), target).backward()
+        return c.total
+
+    def xentropy_side(vocab: int, tokens: int = 64) -> int:
+        logits = torch.empty(tokens, vocab, dtype=torch.bfloat16)
+        per_token = 8 + 4 + 4  # labels, loss, log-sum-exp
+        forward = _nbytes(logits) + tokens * per_token
+        backward = 2 * _nbytes(logits) + tokens * (per_token + 4)  # and the loss's gradient
+        return forward + backward
+
+    def per_logit(side) -> float:
+        return (side(1024) - side(512)) / (64 * 512)
+
+    shape = ModelShape(dim=64, n_layers=1, n_heads=4)
+    k = traffic.Kernels(shape, 512, 64, elem_bytes=2, param_bytes=2, module_16bit=True)
+    heads = [
+        traffic.head_bytes(replace(k, vocab=v, loss=loss))
+        for loss in ("xentropy", "torch")
+        for v in (1024, 512)
+    ]
+    model = ((heads[0] - heads[1]) - (heads[2] - heads[3])) / 512
+    assert model == per_logit(xentropy_side) - per_logit(torch_side)
+    assert per_logit(torch_side) == traffic.LOSS_BYTES["torch"] + 6 + 6  # the casts, as head_bytes adds them
+
+
 def test_mpt_block_moves_what_its_own_ops_add():
     """traffic.mpt_bytes, what llm-foundry's MPTBlock (the MPT runs' code) moves beyond exatrain's block, on
     torch's CPU kernels in bf16, counted by ReadWrite: autograd's backward of the fused Wqkv output's

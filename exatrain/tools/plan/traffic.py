@@ -79,6 +79,11 @@ LOSS_BYTES = {
     "megatron": 4 + 8 + 8 + 4 + 8 + 8,
     "megatron-clone": 8 + 4 + 8 + 8 + 4 + 8 + 8,
 }
+# Fused cross-entropy kernels that read the logits in their own dtype (no cast to fp32): elements read or
+# written per logit. flash-attn's xentropy (the MPT runs' code: llm-foundry's default `fused_crossentropy`)
+# reads each logit in its forward, which writes one loss and one log-sum-exp per token, and reads it again
+# in its backward, which writes its gradient
+FUSED_LOSS_ACCESSES = {"xentropy": 3}
 
 
 @dataclass(frozen=True)
@@ -277,11 +282,13 @@ def head_bytes(k: Kernels) -> float:
     # the loss's kernels per logit (LOSS_BYTES); per token, as torch's: NLL's forward reads one logit and one
     # id (8 bytes), its backward writes the ids' gradient (4 + ids; Megatron-LM's per-token maxima, sums and
     # gathered logits are of that order, about 20 bytes against the vocabulary shard's thousands of logits)
-    if k.loss not in LOSS_BYTES:
-        raise ValueError(f"Kernels.loss {k.loss!r}: one of {', '.join(LOSS_BYTES)}")
-    out += LOSS_BYTES[k.loss] * v + 4 + 8 + 8
     if k.autocast:
         out += 2 * 6 * d  # the norm output's cast and its gradient's
+    if k.loss in FUSED_LOSS_ACCESSES:  # the logits as the head wrote them
+        return out + FUSED_LOSS_ACCESSES[k.loss] * k.elem_bytes * v + 4 + 8 + 8
+    if k.loss not in LOSS_BYTES:
+        raise ValueError(f"Kernels.loss {k.loss!r}: one of {', '.join([*LOSS_BYTES, *FUSED_LOSS_ACCESSES])}")
+    out += LOSS_BYTES[k.loss] * v + 4 + 8 + 8
     if k.elem_bytes == 2:
         out += 2 * 6 * v  # the 16-bit logits cast to fp32 for the loss, their gradient cast back
     return out

@@ -56,7 +56,8 @@ class Code:
     optimizer: str = "adamw"
     # whose cross entropy computes the loss (traffic.LOSS_BYTES): torch's (exatrain), Megatron-LM's
     # vocab-parallel one in place on the logits ("megatron"), or Megatron-DeepSpeed's, which clones them
-    # first ("megatron-clone"); both of those on vocabulary shards under TP (parallel.loss_parallel)
+    # first ("megatron-clone"); both of those on vocabulary shards under TP (parallel.loss_parallel); or
+    # flash-attn's fused xentropy kernels on the 16-bit logits ("xentropy", traffic.FUSED_LOSS_ACCESSES)
     loss: str = "torch"
     # how many of a block's two branches end in a dropout (with model.dropout > 0): exatrain's MLP output
     # alone (1), or Megatron-LM's transformer layer, which drops out the attention's output too (2)
