@@ -409,6 +409,11 @@ def test_the_blind_spots_quote_the_tables_rows(records):
     largest = f"(mpt-30b {_signed(e['mpt-30b-a100'])} and {_signed(e['mpt-30b-h100'])}; megatron-18.4b "
     largest += f"{_signed(e['megatron-18.4b'])}, the least of the unpipelined rows of [1])"
     assert largest in text, largest
+    gpus = [
+        [abs(e[i]) * 100 for i in e if i.startswith("mpt") and i.endswith(gpu)] for gpu in ("h100", "a100")
+    ]
+    h100, a100 = (f"{min(g):.0f}-{max(g):.0f} %" for g in gpus)
+    assert f"(MPT rows: {h100} against {a100})" in text, (h100, a100)
 
 
 def test_the_memory_bound_share_the_page_states():
