@@ -21,6 +21,7 @@ multiply by the clamped coefficient, "to avoid the host-device sync") is the one
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,3 +98,6 @@ def test_composer_step_moves_what_the_closed_form_counts(tmp_path, world):
         expected = sum(result["shards"]) * estimate.OPTIMIZER_BYTES["composer-adamw"]
         units = len(result["shards"])
         assert expected <= result["measured"] <= expected + 16 * units, (rank, result, expected)
+    # the planning page quotes the step's bytes
+    planning = " ".join((Path(__file__).resolve().parents[2] / "docs/planning.md").read_text().split())
+    assert f"`clip_grad_norm_` (the MPT runs') {estimate.OPTIMIZER_BYTES['composer-adamw']};" in planning
