@@ -248,3 +248,15 @@ def test_the_lumi_logs_microbatch_pace_against_the_models():
         f"all-reduces and its sends would have to take {pace / model_pace - 1:.0%} longer than the model's"
     ).replace("%", " %")
     assert model in text, model
+
+
+def test_the_bloom_launch_blocking_reading():
+    """The page's reading of BLOOM's CUDA_LAUNCH_BLOCKING=1: the TF/s the team measured with and without it
+    (data file, launch_blocking_reading), as the change with it, per row."""
+    reading = DATA["source"]["bloom"]["launch_blocking_reading"]
+    rows = zip(reading["gpus"], reading["global_batch"], reading["blocking_tflops"], reading["async_tflops"])
+    change = {(gpus, gbs): 100 * (blocking / fast - 1) for gpus, gbs, blocking, fast in rows}
+    stated = f"{-change[(80, 512)]:.1f} % fewer TF/s with it at 80 GPUs and a global batch of 512, none at "
+    stated += f"160 GPUs ({change[(160, 512)]:+.1f} % at 512, {change[(160, 2048)]:+.1f} % at 2048)"
+    assert stated in " ".join(PAGE.read_text().split()), stated
+    assert all(abs(c) < 0.5 for (gpus, _), c in change.items() if gpus >= 160)
