@@ -260,3 +260,26 @@ def test_the_bloom_launch_blocking_reading():
     stated += f"160 GPUs ({change[(160, 512)]:+.1f} % at 512, {change[(160, 2048)]:+.1f} % at 2048)"
     assert stated in " ".join(PAGE.read_text().split()), stated
     assert all(abs(c) < 0.5 for (gpus, _), c in change.items() if gpus >= 160)
+
+
+def test_the_bloom_heads_reading():
+    """The page's reading of the BLOOM team's timing of the run's layout at 64, 112 and 128 heads (data file,
+    heads_reading) against the model's step for the same layout with only the head count changed: both
+    steps, their change over 64 heads, and the range of the model's shortfall."""
+    reading = DATA["source"]["bloom"]["heads_reading"]
+    run = next(r for r in DATA["run"] if r["id"] == "bloom-176b")
+    measured = reading["seconds"]
+    model = [predict(dict(run, n_heads=heads)).step_time_s for heads in reading["heads"]]
+    assert reading["heads"][1] == run["n_heads"]
+
+    def changes(steps: list[float]) -> str:
+        return " and ".join(f"{100 * (t / steps[0] - 1):+.1f} %" for t in steps[1:])
+
+    short = [round(100 * (1 - m / t)) for m, t in zip(model, measured)]
+    heads = ", ".join(str(h) for h in reading["heads"][:-1]) + f" and {reading['heads'][-1]} heads"
+    stated = f"with {heads}: " + ", ".join(f"{t:.2f}" for t in measured[:-1]) + f" and {measured[-1]:.2f} s"
+    stated += f" per iteration, {changes(measured)} over 64 heads. The model, with only the head count "
+    stated += "changed, predicts " + ", ".join(f"{t:.2f}" for t in model[:-1]) + f" and {model[-1]:.2f} s, "
+    stated += f"{changes(model)} (its materialised scores and softmax grow with the heads): it follows the "
+    stated += f"measured change with the head count, {min(short)} to {max(short)} % short of each"
+    assert stated in " ".join(PAGE.read_text().split()), stated
