@@ -283,3 +283,33 @@ def test_the_bloom_heads_reading():
     stated += f"{changes(model)} (its materialised scores and softmax grow with the heads): it follows the "
     stated += f"measured change with the head count, {min(short)} to {max(short)} % short of each"
     assert stated in " ".join(PAGE.read_text().split()), stated
+
+
+def test_the_bloom_layout_reading():
+    """The page's reading of the BLOOM team's timing of two other layouts of the run's 48 nodes (64 heads;
+    data file, layout_reading): TP 8 with DP 4, and a micro batch of 4, each against the run's layout, and
+    the model's step for the same changes."""
+    reading = DATA["source"]["bloom"]["layout_reading"]
+    run = dict(next(r for r in DATA["run"] if r["id"] == "bloom-176b"), n_heads=64)
+    layouts = zip(reading["tp"], reading["dp"], reading["micro_batch"], reading["seconds"])
+    steps = [
+        (t, predict(dict(run, tp=tp, dp_replicate=dp, micro_batch=mb)).step_time_s)
+        for tp, dp, mb, t in layouts
+    ]
+    (base, base_model), (wide, wide_model), (mb4, mb4_model) = steps
+    assert base == DATA["source"]["bloom"]["heads_reading"]["seconds"][0]
+
+    def change(t: float, t0: float) -> str:
+        return f"{100 * (t / t0 - 1):+.1f} %"
+
+    stated = f"TP 8 and DP 4 in place of TP 4 and DP 8 took {wide:.2f} s, {change(wide, base)} over "
+    stated += (
+        f"{base:.2f} s, where the model predicts {change(wide_model, base_model)} ({wide_model:.2f} s): "
+    )
+    stated += (
+        "it orders the two layouts as measured but gives the wider tensor parallelism half its measured "
+    )
+    stated += f"cost; a micro batch of 4 in place of 2 took {change(mb4, base)} ({mb4:.2f} s), the model "
+    stated += f"{change(mb4_model, base_model)} ({mb4_model:.2f} s)"
+    assert stated in " ".join(PAGE.read_text().split()), stated
+    assert wide_model > base_model and 0.4 < (wide_model / base_model - 1) / (wide / base - 1) < 0.6  # "half"
