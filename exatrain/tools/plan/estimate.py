@@ -39,10 +39,10 @@ ADAMW_BYTES_PER_ELEMENT = 7 * 4  # AdamW reads param, grad, exp_avg, exp_avg_sq 
 # Composer's DecoupledAdamW (the MPT runs' code) is not fused: per parameter it runs exp_avg.mul_ (read 4,
 # write 4), .add_(grad) (8, 4), exp_avg_sq.mul_ (4, 4), .addcmul_(grad, grad) (8, 4: the gradient is one
 # tensor, read once), sqrt, a division and .add_(eps) into a new denominator (4, 4 each) and
-# param.addcdiv_ (12, 4): 80 bytes per element with weight decay 0, as the MPT yamls set it. Composer's
-# gradient clipping calls FSDP1's clip_grad_norm_ before it, which reads every gradient shard for the norm
-# (4) and multiplies each by the clamped coefficient whatever its value (4, 4)
-# (the two mul_, add_ and addcmul_, the denominator, addcdiv_)
+# param.addcdiv_ (12, 4): 80 bytes per element with weight decay 0, as the MPT yamls set it (below: the two
+# mul_, add_ and addcmul_, the denominator, addcdiv_). Composer's gradient clipping calls FSDP1's
+# clip_grad_norm_ before it, which reads every gradient shard for the norm (4) and multiplies each by the
+# clamped coefficient whatever its value (4, 4)
 COMPOSER_ADAMW_BYTES = 2 * 8 + 2 * 12 + 3 * 8 + 16
 FSDP1_CLIP_BYTES = 4 + 8
 OPTIMIZER_BYTES = {

@@ -210,8 +210,8 @@ def block_bytes(k: Kernels) -> dict[str, float]:
         bwd += 3 * e * scores  # its backward: read the probabilities and their gradient, write the scores'
     if k.layer not in LAYERS:
         raise ValueError(f"Kernels.layer {k.layer!r}: one of {', '.join(LAYERS)}")
-    if k.layer != "exatrain":
-        extra = megatron_bytes(k) if k.layer == "megatron" else mpt_bytes(k)
+    if k.layer != "exatrain":  # a published code's own layer: what it moves beyond exatrain's block
+        extra = {"megatron": megatron_bytes, "mpt": mpt_bytes}[k.layer](k)
         fwd, bwd = fwd + extra["forward"], bwd + extra["backward"]
     if k.score_bias:
         fwd += alibi_bytes(k)
@@ -282,13 +282,14 @@ def head_bytes(k: Kernels) -> float:
     # the loss's kernels per logit (LOSS_BYTES); per token, as torch's: NLL's forward reads one logit and one
     # id (8 bytes), its backward writes the ids' gradient (4 + ids; Megatron-LM's per-token maxima, sums and
     # gathered logits are of that order, about 20 bytes against the vocabulary shard's thousands of logits)
+    out += 4 + 8 + 8
     if k.autocast:
         out += 2 * 6 * d  # the norm output's cast and its gradient's
     if k.loss in FUSED_LOSS_ACCESSES:  # the logits as the head wrote them
-        return out + FUSED_LOSS_ACCESSES[k.loss] * k.elem_bytes * v + 4 + 8 + 8
+        return out + FUSED_LOSS_ACCESSES[k.loss] * k.elem_bytes * v
     if k.loss not in LOSS_BYTES:
         raise ValueError(f"Kernels.loss {k.loss!r}: one of {', '.join([*LOSS_BYTES, *FUSED_LOSS_ACCESSES])}")
-    out += LOSS_BYTES[k.loss] * v + 4 + 8 + 8
+    out += LOSS_BYTES[k.loss] * v
     if k.elem_bytes == 2:
         out += 2 * 6 * v  # the 16-bit logits cast to fp32 for the loss, their gradient cast back
     return out
