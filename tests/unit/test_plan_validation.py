@@ -12,7 +12,7 @@ the pipeline bubble of the layout's microbatches and the slowest pipeline rank's
 run's code used, where the data file records it). It does not reproduce the runs' software (Megatron-LM's
 fused kernels, llm-foundry's FSDP and flash attention, DeepSpeed's pipeline engine, ROCm's kernels); that
 gap is what the error measures. The page's history bullets (its earlier states, recomputed) are checked in
-tests/unit/test_plan_validation_history.py.
+tests/unit/test_plan_validation_history.py and test_plan_validation_history_code.py.
 """
 
 from __future__ import annotations

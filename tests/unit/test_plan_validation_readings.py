@@ -3,7 +3,7 @@ constants (the data sheets', the lent H100's doctor, link bounds) or without one
 the hardware figures read from the runs' own logs (the LUMI 175B job's collectives), and the runs left out
 (Table 2's ZeRO-3 rows of [1]), each recomputed against the sentence the page states. The table itself and
 its inputs: tests/unit/test_plan_validation.py; the page's history bullets:
-tests/unit/test_plan_validation_history.py."""
+tests/unit/test_plan_validation_history.py and test_plan_validation_history_code.py."""
 
 from __future__ import annotations
 
