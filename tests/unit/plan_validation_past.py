@@ -9,6 +9,7 @@ from __future__ import annotations
 from exatrain.tools.plan import estimate
 from tests.unit.test_plan_validation import (
     DATA,
+    PAGE,
     _changed_rows,
     _korthikanti,
     _median_worst,
@@ -172,6 +173,10 @@ def mpt_rows(errors: dict[str, float]) -> str:
     a100 = ", ".join(_signed(errors[f"mpt-{size}-a100"]) for size in sizes)
     h100 = ", ".join(_signed(errors[f"mpt-{size}-h100"]) for size in ("1b", "7b", "13b", "30b"))
     return f"mpt A100 {a100}; mpt H100 {h100}"
+
+
+# the page of the history bullets, beside docs/plan-validation.md
+HISTORY = PAGE.with_name("plan-validation-history.md")
 
 
 def errors() -> dict[str, float]:

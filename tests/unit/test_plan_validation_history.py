@@ -1,14 +1,16 @@
-"""The history bullets of docs/plan-validation.md up to the MPT runs' FSDP1 gradient path (2026-11-28): each
-earlier state of the validation table, recomputed under the treatment of its day (the sources as the page
-then took them, tests/unit/plan_validation_past.py), and the figures each bullet states. The later bullets,
-each a fact read in a run's own code or log: tests/unit/test_plan_validation_history_code.py. The table
-itself, its readings and its inputs: tests/unit/test_plan_validation.py."""
+"""The history bullets of docs/plan-validation-history.md up to the MPT runs' FSDP1 gradient path
+(2026-11-28): each earlier state of the validation table, recomputed under the treatment of its day (the
+sources as the page then took them, tests/unit/plan_validation_past.py), and the figures each bullet states.
+The later bullets, each a fact read in a run's own code or log:
+tests/unit/test_plan_validation_history_code.py. The table itself, its readings and its inputs:
+tests/unit/test_plan_validation.py."""
 
 from __future__ import annotations
 
 from exatrain.models import ModelShape
 from exatrain.tools.plan import estimate, traffic
 from tests.unit.plan_validation_past import (
+    HISTORY,
     before_the_fsdp1_path,
     before_the_lumi_log,
     busbw_without_curves,
@@ -26,7 +28,6 @@ from tests.unit.test_plan_validation import (
     DATA,
     DATA_SHEETS,
     KORTHIKANTI,
-    PAGE,
     PIPELINED_MEGATRON,
     _changed_rows,
     _errors_with_machines,
@@ -45,7 +46,7 @@ def test_the_history_of_the_runs_own_settings_and_measured_constants(monkeypatch
     [5] as the page then took them: gradients all-reduced in fp32 (corrected in the next bullet)."""
     before_the_fsdp1_path(monkeypatch)
     products_at_the_matmul_rate(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     added = {f"megatron-{size}" for size in PIPELINED_MEGATRON} | {f"korthikanti-{s}" for s in KORTHIKANTI}
     monkeypatch.setitem(DATA, "source", deepspeed_fp32_reduction())
     monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
@@ -78,7 +79,7 @@ def test_the_history_of_the_bf16_reduction_and_the_rows_of_source_6(monkeypatch)
     bullet before), then the four rows of [6] added; each recomputed, under autocast as then."""
     before_the_fsdp1_path(monkeypatch)
     products_at_the_matmul_rate(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     monkeypatch.setitem(DATA, "source", under_autocast())
     now = errors()
     monkeypatch.setitem(DATA, "run", [r for r in DATA["run"] if not r["id"].startswith("korthikanti-")])
@@ -99,7 +100,7 @@ def test_the_history_of_the_runs_own_precision(monkeypatch):
     (no accumulation counted for the published codes)."""
     before_the_fsdp1_path(monkeypatch)
     products_at_the_matmul_rate(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     monkeypatch.setitem(DATA, "source", mpt_norms_in_fp32(without_accumulation()))
     now = errors()
     stated = f"{megatron_rows(now)} {figures(now)}"
@@ -116,7 +117,7 @@ def test_the_history_of_the_runs_own_accumulation(monkeypatch):
     (the MPT runs' norms in fp32)."""
     before_the_fsdp1_path(monkeypatch)
     products_at_the_matmul_rate(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     monkeypatch.setitem(DATA, "source", mpt_norms_in_fp32(DATA["source"]))
     now = errors()
     stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} {figures(now)}"
@@ -148,7 +149,7 @@ def test_the_history_of_the_attention_products_roofline(monkeypatch):
     the FLOPs per byte it quotes."""
     before_the_fsdp1_path(monkeypatch)
     busbw_without_curves(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     ridge = {
         m: DATA["hardware"][m]["matmul_tflops"] / DATA["hardware"][m]["hbm_gbs"] * 1e3
         for m in ("a100-80gb", "mi250x-gcd")
@@ -176,7 +177,7 @@ def test_the_history_of_the_busbw_curves(monkeypatch):
     """The bullet before the last: the A100 and H100 collectives at their own size's busbw; the rows it
     moved, the table's figures, and the rows it did not move (MPT, LUMI), recomputed."""
     before_the_fsdp1_path(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{megatron_rows(now)} {figures(now)}"
     assert stated in text, stated
@@ -211,7 +212,7 @@ def test_the_history_of_the_mpt_runs_norms(monkeypatch):
     parameters: nothing cast but the logits); their rows and the table's figures, recomputed."""
     before_the_fsdp1_path(monkeypatch)
     products_at_the_matmul_rate(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{mpt_rows(now)} {figures(now)}"
     assert stated in text, stated
@@ -223,7 +224,7 @@ def test_the_history_of_the_fsdp1_gradient_path(monkeypatch):
     figures, recomputed, the other rows unmoved and the MPT rows slower; and the bytes per element it
     quotes (traffic.fsdp1_gradient_bytes at 8 ranks, the MPT runs' bf16 gradients)."""
     before_the_lumi_log(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{mpt_rows(now)} {figures(now)}"
     assert stated in text, stated

@@ -1,7 +1,7 @@
-"""The history bullets of docs/plan-validation.md from the LUMI log on (2026-11-28 to 2026-12-07), each a fact
-read in the published runs' own code or logs: the table before and after it, recomputed (the sources as the
-page then took them, tests/unit/plan_validation_past.py), the rows it moved and the figures the bullet
-states. The earlier bullets: tests/unit/test_plan_validation_history.py."""
+"""The history bullets of docs/plan-validation-history.md from the LUMI log on (2026-11-28 to 2026-12-07),
+each a fact read in the published runs' own code or logs: the table before and after it, recomputed (the
+sources as the page then took them, tests/unit/plan_validation_past.py), the rows it moved and the figures the
+bullet states. The earlier bullets: tests/unit/test_plan_validation_history.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from exatrain.tools.plan import estimate
 from tests.unit.plan_validation_past import (
+    HISTORY,
     MPT_CODE,
     before_the_bf16_optimizer,
     before_the_ddp_copies,
@@ -25,7 +26,6 @@ from tests.unit.plan_validation_past import (
 )
 from tests.unit.test_plan_validation import (
     DATA,
-    PAGE,
     _changed_rows,
     _median_worst,
     _pipelined_megatron,
@@ -44,7 +44,7 @@ def test_the_history_of_the_lumi_log(monkeypatch):
     intra-node busbw from the LUMI log's all-gathers; the rows each moved and the table's figures,
     recomputed, and the rows they did not move."""
     before_the_megatron_optimizer(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     assert {k for k, v in DATA["source"].items() if v.get("pipeline_sends") == "partitioned"} == {
         "bloom",
@@ -82,7 +82,7 @@ def test_the_history_of_the_megatron_optimizer(monkeypatch):
     """The bullet before the last: Megatron-LM's fp16 optimizer step counted for the runs of [1]; their rows
     and the table's figures, recomputed, the other rows unmoved and the rows of [1] slower."""
     before_the_ddp_copies(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{_changed_rows(now)}; {_pipelined_megatron(now)} {figures(now)}"
     assert stated in text, stated
@@ -102,7 +102,7 @@ def test_the_history_of_the_ddp_copies(monkeypatch):
     """The bullet before the last: torch DDP's bucket copies counted, for the rows of [1] without a pipeline
     (DDP=torch); their rows and the table's figures, recomputed, the other rows unmoved, those four slower."""
     before_the_megatron_loss(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     torch_ddp = {r["id"] for r in DATA["run"] if r["source"] == "narayanan2021" and r.get("pp", 1) == 1}
     rows_ = ", ".join(f"{i} {now[i] * 100:.1f} %" for i in sorted(torch_ddp, key=lambda i: float(i[9:-1])))
@@ -120,7 +120,7 @@ def test_the_history_of_the_megatron_loss(monkeypatch):
     parallelism are slower (the loss's in-place ops move more bytes than torch's), rows with it faster (no
     gather of the logits, the loss on 1/TP of them)."""
     before_the_bf16_optimizer(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{megatron_rows(now)} {figures(now)}"
     assert stated in text, stated
@@ -144,7 +144,7 @@ def test_the_history_of_the_bf16_optimizer(monkeypatch):
     recomputed. The other rows do not move; those four are slower (the gather is exposed; the update of a
     1/DP partition moves fewer bytes than a fused AdamW over all, which does not make up for it)."""
     before_the_dropout_branches(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     bf16 = {k for k, v in DATA["source"].items() if v.get("optimizer") == "deepspeed-bf16"}
     assert bf16 == {"bloom", "lumi-scaling"}
@@ -166,7 +166,7 @@ def test_the_history_of_the_dropout_branches(monkeypatch):
     too; their rows and the table's figures, recomputed. The MPT rows (no dropout) do not move; those runs
     are all slower."""
     before_the_megatron_layer(monkeypatch)
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = errors()
     stated = f"{megatron_rows(now)} {figures(now)}"
     assert stated in text, stated
@@ -183,7 +183,7 @@ def test_the_history_of_the_megatron_layer(monkeypatch):
     """The history bullet before the last: the Megatron codes' own layer ([1], [4], [5], [6]: its split, copy
     and bias gradients, its reentrant checkpoint) and the ALiBi product of BLOOM's code ([4], [5]); their rows
     and the table's figures, recomputed. The MPT rows do not move; the others are all slower."""
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     before_the_mpt_code(monkeypatch)
     now = errors()
     stated = f"{megatron_rows(now)} {figures(now)}"
@@ -203,7 +203,7 @@ def test_the_history_of_the_mpt_code(monkeypatch, records):
     """The last history bullet: the MPT runs' own code ([2], [3]: Composer's DecoupledAdamW and FSDP1's
     clipping, llm-foundry's MPTBlock, flash-attn's fused cross entropy); their rows, the table's figures and
     how far they moved, recomputed. Only the MPT rows move."""
-    text = " ".join(PAGE.read_text().split())
+    text = " ".join(HISTORY.read_text().split())
     now = {r["id"]: r["error"] for r in records}
     median, worst = _median_worst(now)
     mpt = {"mpt-a100", "mpt-h100"}
