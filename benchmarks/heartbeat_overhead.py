@@ -13,14 +13,13 @@ two lines time the marks and `exatrain.backward`'s wait timing alone.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 import torch
 
+from benchmarks._cpu_trainer import QUIET_OBSERVE, alternating, arguments, cpu_config, describe
 from benchmarks.clock import report
 from benchmarks.observe_overhead import off_side, timed
-from exatrain.config import load_config
 from exatrain.distributed import init_distributed
 from exatrain.env import detect_environment
 from exatrain.observe import heartbeat
@@ -46,44 +45,21 @@ def on_side(trainer):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="tiny")
-    p.add_argument("--steps", type=int, default=20, help="steps per timed block")
-    p.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    a = p.parse_args()
+    a = arguments(__doc__.splitlines()[0], size="tiny").parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(
-            None,
-            [
-                f"--model.size={a.size}",
-                f"--data.seq_len={a.seq_len}",
-                f"--run.dir={tmp}/run",
-                f"--train.global_batch_size={a.batch}",
-                f"--train.micro_batch_size={a.batch}",
-                "--train.device=cpu",
-                f"--train.steps={10**6}",
-                "--observe.tensorboard=off",
-                "--observe.monitor_interval_s=0",
-            ],
-        )
+        cfg = cpu_config(a, tmp, QUIET_OBSERVE)
         ctx = init_distributed(detect_environment({}), "cpu")
         trainer = Trainer(cfg, ctx, prepare_data(cfg))
         sides = {"on": on_side(trainer), "off": off_side(trainer)}
         for step in sides.values():
             timed(step, 3)  # warm-up
         times = {k: [] for k in sides}
-        for rep in range(a.reps):
-            for name in list(sides) if rep % 2 == 0 else list(reversed(sides)):
-                if name == "on":  # the watcher runs only while the ON side does
-                    start_watcher(f"{tmp}/run", 0, 1, 3600, host="bench")
-                times[name].append(timed(sides[name], a.steps))
-                stop_watcher()
-        print(
-            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side, "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-        )
+        for _, name in alternating(list(sides), a.reps):
+            if name == "on":  # the watcher runs only while the ON side does
+                start_watcher(f"{tmp}/run", 0, 1, 3600, host="bench")
+            times[name].append(timed(sides[name], a.steps))
+            stop_watcher()
+        print(describe(a))
         print(report(times, "on", "off", "goal <= 1.01"))
         print(_mark_cost(times["off"]))
         print(_backward_wait_cost(times["off"]))

@@ -14,14 +14,11 @@ Without a GPU the sampler finds no GPU tool and its thread ends at once (say so 
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
-import torch
-
+from benchmarks._cpu_trainer import QUIET_OBSERVE, alternating, arguments, cpu_config, describe
 from benchmarks.clock import now, report
-from exatrain.config import load_config
 from exatrain.distributed import init_distributed
 from exatrain.env import detect_environment
 from exatrain.observe.gpu_monitor import GpuMonitor
@@ -68,29 +65,11 @@ def timed(step, n: int) -> float:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="small")
-    p.add_argument("--steps", type=int, default=20, help="steps per timed block")
-    p.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
+    p = arguments(__doc__.splitlines()[0], size="small")
     p.add_argument("--log-every", type=int, default=10)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(
-            None,
-            [
-                f"--model.size={a.size}",
-                f"--data.seq_len={a.seq_len}",
-                f"--run.dir={tmp}/run",
-                f"--train.global_batch_size={a.batch}",
-                f"--train.micro_batch_size={a.batch}",
-                "--train.device=cpu",
-                f"--train.steps={10**6}",
-                "--observe.tensorboard=off",
-                "--observe.monitor_interval_s=0",
-            ],
-        )
+        cfg = cpu_config(a, tmp, QUIET_OBSERVE)
         ctx = init_distributed(detect_environment({}), "cpu")
         trainer = Trainer(cfg, ctx, prepare_data(cfg))
         run = Path(tmp) / "on"
@@ -104,17 +83,12 @@ def main():
         for step in sides.values():
             timed(step, 3)  # warm-up
         times = {k: [] for k in sides}
-        for rep in range(a.reps):
-            for name in list(sides) if rep % 2 == 0 else list(reversed(sides)):
-                times[name].append(timed(sides[name], a.steps))
+        for _, name in alternating(list(sides), a.reps):
+            times[name].append(timed(sides[name], a.steps))
         monitor.stop()
         log.close()
-        print(
-            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps "
-            "per side, log every "
-            f"{a.log_every}, tensorboard {'on' if tensorboard_available() else 'NOT INSTALLED'}, torch "
-            f"{torch.__version__}, {torch.get_num_threads()} threads"
-        )
+        tensorboard = "on" if tensorboard_available() else "NOT INSTALLED"
+        print(describe(a, f"log every {a.log_every}", f"tensorboard {tensorboard}"))
         print(report(times, "on", "off", "goal <= 1.01"))
 
 

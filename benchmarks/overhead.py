@@ -16,14 +16,13 @@ latter stays meaningful on a shared machine). Goal: <= 1.02.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tempfile
 
 import torch
 
+from benchmarks._cpu_trainer import alternating, arguments, cpu_config, describe
 from benchmarks.clock import Span, now, report
-from exatrain.config import load_config
 from exatrain.data import make_batch
 from exatrain.distributed import init_distributed, seed_everything
 from exatrain.engines.optim import build_optimizer, build_scheduler
@@ -87,31 +86,16 @@ def plain_block(step):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="small")
-    p.add_argument("--steps", type=int, default=20, help="steps per timed block")
-    p.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    a = p.parse_args()
+    a = arguments(__doc__.splitlines()[0], size="small").parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(
-            None,
-            [
-                f"--model.size={a.size}",
-                f"--data.seq_len={a.seq_len}",
-                f"--run.dir={tmp}/run",
-                f"--train.global_batch_size={a.batch}",
-                f"--train.micro_batch_size={a.batch}",
-                "--train.device=cpu",
-                f"--train.steps={10**6}",
-                "--train.eval_at_start=false",
-                "--train.eval_every=0",
-                "--train.eval_batches=1",
-                "--train.save_model=false",
-                "--train.log_every=10",
-            ],
+        extra = (
+            "--train.eval_at_start=false",
+            "--train.eval_every=0",
+            "--train.eval_batches=1",
+            "--train.save_model=false",
+            "--train.log_every=10",
         )
+        cfg = cpu_config(a, tmp, extra)
         ctx = init_distributed(detect_environment({}), "cpu")
         corpus = prepare_data(cfg)
         trainer = Trainer(cfg, ctx, corpus)
@@ -128,15 +112,9 @@ def main():
         for block in sides.values():
             block(0, 3)  # warm-up
         times = {k: [] for k in sides}
-        for rep in range(a.reps):
-            order = list(sides) if rep % 2 == 0 else list(reversed(sides))
-            for name in order:
-                times[name].append(sides[name](rep * a.steps, a.steps))
-        print(
-            f"model {a.size}, seq_len {a.seq_len}, batch {a.batch}, {a.reps} x {a.steps} steps per side "
-            "(exatrain: whole fit() steps), "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-        )
+        for rep, name in alternating(list(sides), a.reps):
+            times[name].append(sides[name](rep * a.steps, a.steps))
+        print(describe(a, sides=" (exatrain: whole fit() steps)"))
         print(report(times, "exatrain", "plain", "goal <= 1.02"))
 
 
