@@ -148,22 +148,22 @@ class HangWatcher:
 
     def _beat(self) -> None:
         p = heartbeat.PROGRESS
-        write_json(
-            self._path("beat"),
-            {
-                "rank": self.rank,
-                "host": self.host,
-                "node": self.node,
-                "device": p.device,
-                "pid": self.pid,
-                "token": self.token,
-                "step": p.step,
-                "batches": p.batches,
-                "phase": p.phase,
-                "idle_s": time.monotonic() - p.since,
-                "written": time.time(),
-            },
-        )
+        beat = {"idle_s": time.monotonic() - p.since, "written": time.time()}
+        write_json(self._path("beat"), {**self._identity_and_progress(p), **beat})
+
+    def _identity_and_progress(self, p) -> dict:
+        """This rank's identity and progress, the fields its heartbeat and its hang report share."""
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "node": self.node,
+            "device": p.device,
+            "pid": self.pid,
+            "token": self.token,
+            "step": p.step,
+            "batches": p.batches,
+            "phase": p.phase,
+        }
 
     def _check_step_time(self) -> None:
         step_s = heartbeat.measured_step_s()
@@ -221,15 +221,7 @@ class HangWatcher:
         write_json(
             self._path("report"),
             {
-                "rank": self.rank,
-                "host": self.host,
-                "node": self.node,
-                "device": p.device,
-                "pid": self.pid,
-                "token": self.token,
-                "step": p.step,
-                "batches": p.batches,
-                "phase": p.phase,
+                **self._identity_and_progress(p),
                 "stalled_s": time.monotonic() - p.since,
                 "where": where(stall_frame(frames)),
                 "collective": _collective_state(self._path("fr")),
