@@ -100,22 +100,16 @@ def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
     so the wall times rank as the step times do."""
     import dataclasses
 
-    targets = [
-        _target(
-            cfg,
-            vocab,
-            tokens,
-            {"step_time_s": lay.step_time_s, "published_ratio": lay.published_ratio},
-            result.world_size,
-            profile,
-        )
-        for lay in result.layouts
-    ]
-    layouts = [
-        dataclasses.replace(lay, wall_time_h=t.wall_time_h, units=t.units)
-        for lay, t in zip(result.layouts, targets, strict=True)
-    ]
-    return dataclasses.replace(result, layouts=layouts, target=targets[0].to_dict())
+    def with_target(lay):
+        predicted = {"step_time_s": lay.step_time_s, "published_ratio": lay.published_ratio}
+        t = _target(cfg, vocab, tokens, predicted, result.world_size, profile)
+        return dataclasses.replace(lay, wall_time_h=t.wall_time_h, units=t.units), t
+
+    layouts, targets = zip(*(with_target(lay) for lay in result.layouts), strict=True)
+    validated = result.fastest_validated and with_target(result.fastest_validated)[0]
+    return dataclasses.replace(
+        result, layouts=list(layouts), target=targets[0].to_dict(), fastest_validated=validated or None
+    )
 
 
 def _target(cfg, vocab: int, tokens: int, predicted: dict, world_size: int, profile):

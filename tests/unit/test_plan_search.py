@@ -497,3 +497,53 @@ def test_a_zero1_optimizer_gathers_the_parameters_over_the_replicas():
         if replicas > 1:
             assert added.pop(("all_gather", "dp_replicate")) == (1, shards.param_elements * 2), name
         assert added == plain, name
+
+
+SEVEN_B = ["model.size=xl", "model.n_layers=32", "model.dim=4096", "model.n_heads=32", "data.seq_len=2048"]
+
+
+def _within_a_node(lay, gpus_per_node: int) -> bool:
+    """Whether rank 0's FSDP group stays on one node: the mesh puts dp_shard x tp innermost, so the group's
+    ranks are consecutive (no FSDP: nothing sharded)."""
+    d = lay.degrees
+    return d["dp_shard"] == 1 or d["dp_shard"] * d["tp"] <= gpus_per_node
+
+
+def test_search_names_the_fastest_layout_that_keeps_its_parameters_within_a_node(exatrain_cli):
+    """A 7B-shaped model on 16 LUMI-G GCDs (two nodes) with LUMI-G's published constants: the fastest layout
+    by the model shards the parameters over both nodes, the prediction no published run bears out. The
+    search then names the fastest layout whose FSDP group stays within a node (the kind the validation table
+    covers): the first such layout of the whole ranking, at its place there, every layout before it
+    sharded across nodes; and the CLI prints it with its options when the list leaves it out (--top 1), and
+    in --json. Where the fastest layout is within a node already (the tiny model here), nothing is added."""
+    from exatrain.slurm.profiles import load_profile
+
+    lumi = load_profile("lumi-g")
+    cfg = load_config(None, SEVEN_B + ["train.precision=bf16", "train.global_batch_size=64"])
+    every = search(cfg, 16, 32000, lumi.hardware, lumi.gpus_per_node, 64.0, top=10_000)
+    assert all(x.validated == _within_a_node(x, lumi.gpus_per_node) for x in every.layouts)
+    k = next(i for i, x in enumerate(every.layouts, 1) if x.validated)
+    assert k > 1 and not any(x.validated for x in every.layouts[: k - 1])
+    assert every.fastest_validated_rank == k and every.fastest_validated == every.layouts[k - 1]
+    one = search(cfg, 16, 32000, lumi.hardware, lumi.gpus_per_node, 64.0, top=1)
+    assert one.fastest_validated_rank == k and one.fastest_validated == every.layouts[k - 1]
+    tiny = search(load_config(None, BASE + ["train.global_batch_size=16"]), 8, VOCAB, HW, 4, 80.0, top=1)
+    assert tiny.layouts[0].validated and tiny.fastest_validated is None
+
+    args = ["plan", "--world-size=16", "--search", "--site=lumi-g", "--vocab-size=32000", "--top=1"]
+    args += [f"--{o}" for o in SEVEN_B] + ["--train.global_batch_size=64"]
+    r = exatrain_cli(*args)
+    assert r.returncode == 0, r.stderr
+    lay = every.layouts[k - 1]
+    slower = lay.step_time_s / every.layouts[0].step_time_s - 1
+    line = "the fastest layout that keeps its parameters within a node (the kind the validation table "
+    line += f"covers) is #{k}: {lay.step_time_s * 1e3:,.1f} ms per step, {slower:+.1%} over #1 by the model"
+    assert line in r.stdout and f"   {lay.overrides}\n" in r.stdout, r.stdout
+    r = exatrain_cli(*args, "--json")
+    out = json.loads(r.stdout)
+    assert out["fastest_validated_rank"] == k and out["fastest_validated"]["overrides"] == lay.overrides
+    assert not out["layouts"][0]["validated"] and out["fastest_validated"]["validated"]
+    # with a token target, the named layout gets its own wall time (the same steps at its step time)
+    out = json.loads(exatrain_cli(*args, "--target-tokens=1e9", "--json").stdout)
+    hours = out["layouts"][0]["wall_time_h"] * lay.step_time_s / every.layouts[0].step_time_s
+    assert out["fastest_validated"]["wall_time_h"] == pytest.approx(hours, rel=1e-6)

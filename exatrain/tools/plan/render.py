@@ -125,6 +125,7 @@ def print_search(result) -> None:
                 f"   to {t['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
                 f"{num(lay.units)} {t['unit']}"
             )
+    _print_fastest_validated(result)
     print(
         "  - PREDICTIONS of the step-time model (docs/planning.md); memory and collectives counted in closed "
         "form (exatrain/tools/plan/analytic.py); check the chosen layout with `exatrain plan` and its options"
@@ -140,3 +141,34 @@ def print_search(result) -> None:
             f"{num(t['units_range'][0])}-{num(t['units_range'][1])} {t['unit']}"
         )
         print(f"for a resource application (the fastest layout): {t['sentence']}")
+
+
+def _print_fastest_validated(result) -> None:
+    """Where the fastest layout shards its parameters over nodes (a prediction the validation table does
+    not cover): the fastest layout that keeps them within a node, with its options where the list leaves it
+    out."""
+    first = result.layouts[0]
+    if first.validated:
+        return
+    lay, k = result.fastest_validated, result.fastest_validated_rank
+    if lay is None:
+        print(
+            "no layout that fits keeps its parameters within a node: this ranking rests on the model's FSDP "
+            "gathers across nodes, which no published run bears out (docs/plan-validation.md, 'Runs left "
+            "out')"
+        )
+        return
+    slower, r = lay.step_time_s / first.step_time_s - 1, lay.published_ratio
+    print(
+        f"the fastest layout that keeps its parameters within a node (the kind the validation table covers) "
+        f"is #{k:,}: {lay.step_time_s * 1e3:,.1f} ms per step, {slower:+.1%} over #1 by the model; on the "
+        f"{r['runs']} {r['of']} the measured step was {r['low']:.2f}-{r['high']:.2f} x such a prediction"
+    )
+    if k > len(result.layouts):
+        print(f"   {lay.overrides}")
+        print(f"   why: {lay.why}")
+        if lay.wall_time_h is not None:
+            print(
+                f"   to {result.target['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
+                f"{num(lay.units)} {result.target['unit']}"
+            )

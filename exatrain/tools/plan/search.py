@@ -47,6 +47,9 @@ class Layout:
     why: str
     overrides: str  # the command-line keys that select this layout
     published_ratio: dict  # estimate.published_ratio: where real steps fell around such a prediction
+    # its parameters stay within a node (no FSDP group spans nodes): the kind of layout whose prediction the
+    # validation table covers; the others rest on the model's hidden FSDP gathers across nodes
+    validated: bool
     wall_time_h: float | None = None  # with --target-tokens: to the target at the predicted step time
     units: float | None = None  # with --target-tokens: billing units for that wall time
 
@@ -63,6 +66,9 @@ class SearchResult:
     elapsed_s: float
     constants: str = ""  # the [hardware] table's source (profiles.Hardware.source)
     target: dict | None = None  # with --target-tokens: the fastest layout's target.TargetCost
+    # where the fastest layout is not `validated`: the fastest that is, and its place in the whole ranking
+    fastest_validated: Layout | None = None
+    fastest_validated_rank: int | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -150,8 +156,27 @@ def search(
     if not ranked:
         raise nothing_fits(smallest, considered, world_size, gpu_gb, params)
     ranked.sort(key=lambda x: (x.step_time_s, x.memory_bytes))  # ties: the smaller footprint first
+    rank, validated = _fastest_validated(ranked)
     elapsed = time.perf_counter() - t0
-    return SearchResult(world_size, considered, dropped, ranked[:top], elapsed, hardware.source)
+    return SearchResult(
+        world_size,
+        considered,
+        dropped,
+        ranked[:top],
+        elapsed,
+        hardware.source,
+        fastest_validated=validated,
+        fastest_validated_rank=rank,
+    )
+
+
+def _fastest_validated(ranked: list[Layout]) -> tuple[int | None, Layout | None]:
+    """Where the fastest layout shards its parameters over nodes (a prediction no published run bears out,
+    estimate.sharding_note): the fastest layout that keeps them within a node, and its 1-based place in the
+    ranking; (None, None) where the fastest is such a layout already, or none is."""
+    if ranked[0].validated:
+        return None, None
+    return next(((i, x) for i, x in enumerate(ranked, 1) if x.validated), (None, None))
 
 
 def _footprint(layout: Layout) -> tuple[int, float]:
@@ -230,6 +255,7 @@ def evaluate(
         why=_why(peak, st, dims, gpus_per_node),
         overrides=_overrides(cfg, dims),
         published_ratio=published_ratio(dims, gpus_per_node),
+        validated=sharding_note(dims, gpus_per_node) is None,
     )
 
 
