@@ -207,6 +207,8 @@ def test_table_has_the_runs_and_publications_the_page_states():
     assert used <= set(DATA["source"]) and len(used) == 6
     assert len({DATA["source"][s]["url"] for s in used}) == 5
     assert any(r["hardware"] == "mi250x-gcd" for r in DATA["run"])
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"the predicted step time against {len(DATA['run'])} published training runs" in readme
 
 
 def test_page_prints_the_predictions(records):
