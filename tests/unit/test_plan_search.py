@@ -547,3 +547,24 @@ def test_search_names_the_fastest_layout_that_keeps_its_parameters_within_a_node
     out = json.loads(exatrain_cli(*args, "--target-tokens=1e9", "--json").stdout)
     hours = out["layouts"][0]["wall_time_h"] * lay.step_time_s / every.layouts[0].step_time_s
     assert out["fastest_validated"]["wall_time_h"] == pytest.approx(hours, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "degrees, within",
+    [
+        (["parallel.dp_shard=8"], ("parallel.dp_shard=4", "parallel.dp_replicate=2")),
+        (["parallel.dp_shard=4", "parallel.tp=2"], ("parallel.dp_shard=2", "parallel.dp_replicate=2")),
+    ],
+)
+def test_a_plan_sharded_over_nodes_names_the_layout_that_shards_within_a_node(degrees, within):
+    """`exatrain plan --time` of a layout whose FSDP group spans two nodes (8 ranks, 4 per node) says so and
+    names the same ranks sharding within a node and replicating across nodes (HSDP) as options; that
+    layout's own plan carries no such note (its FSDP group stays on one node)."""
+    base = BASE + ["train.global_batch_size=16", "train.micro_batch_size=2", "parallel.dp_replicate=1"]
+    plan = make_plan(load_config(None, base + degrees), 8, 80.0, VOCAB, hardware=HW, gpus_per_node=4)
+    note = next(n for n in plan.assumptions if "parameters sharded over 2 nodes" in n)
+    assert f"(--{within[0]} --{within[1]}) stays within what the validation covers" in note
+    other = make_plan(
+        load_config(None, base + degrees + list(within)), 8, 80.0, VOCAB, hardware=HW, gpus_per_node=4
+    )
+    assert not any("parameters sharded over" in n for n in other.assumptions)

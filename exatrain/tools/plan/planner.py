@@ -9,6 +9,7 @@ against a GPU memory size.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -142,7 +143,7 @@ def make_plan(
         notes.append(_time_note(gpus_per_node))
         notes.append(estimate.constants_note(hardware.source))
         sharded = sharding_note(dims, gpus_per_node)
-        notes += [sharded] if sharded else []
+        notes += [f"{sharded}; {within_node_alternative(dims, gpus_per_node)}"] if sharded else []
     return Plan(
         world_size=world_size,
         layout=dims.describe(),
@@ -206,6 +207,18 @@ def _predict(
 def sharding_note(dims: ParallelDims, gpus_per_node: int) -> str | None:
     """estimate.sharding_note for a layout whose FSDP group may span nodes; none without FSDP."""
     return estimate.sharding_note(analytic.shard_group(dims), gpus_per_node) if dims.fsdp else None
+
+
+def within_node_alternative(dims: ParallelDims, gpus_per_node: int) -> str:
+    """For a layout whose FSDP group spans nodes: the same ranks sharding within a node and replicating
+    across nodes (HSDP), the kind of layout the validation table covers, as options to check it with."""
+    shard = math.gcd(dims.dp_shard, max(1, gpus_per_node // dims.tp))
+    replicate = dims.dp_replicate * dims.dp_shard // shard
+    return (
+        f"sharding within a node and replicating across nodes (--parallel.dp_shard={shard} "
+        f"--parallel.dp_replicate={replicate}) stays within what the validation covers, if its memory fits "
+        "(`exatrain plan --search` ranks both)"
+    )
 
 
 def published_ratio(dims: ParallelDims, gpus_per_node: int) -> dict:
