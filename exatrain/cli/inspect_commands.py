@@ -106,10 +106,11 @@ def _search_with_target(result, cfg, tokens: int, vocab: int, profile):
         return dataclasses.replace(lay, wall_time_h=t.wall_time_h, units=t.units), t
 
     layouts, targets = zip(*(with_target(lay) for lay in result.layouts), strict=True)
-    validated = result.fastest_validated and with_target(result.fastest_validated)[0]
-    return dataclasses.replace(
-        result, layouts=list(layouts), target=targets[0].to_dict(), fastest_validated=validated or None
-    )
+    result = dataclasses.replace(result, layouts=list(layouts), target=targets[0].to_dict())
+    if result.fastest_validated is None:
+        return result
+    validated, t = with_target(result.fastest_validated)
+    return dataclasses.replace(result, fastest_validated=validated, fastest_validated_target=t.to_dict())
 
 
 def _target(cfg, vocab: int, tokens: int, predicted: dict, world_size: int, profile):

@@ -14,7 +14,7 @@ import pytest
 from exatrain.config import load_config
 from exatrain.models import configured_shape
 from exatrain.slurm.profiles import Hardware
-from exatrain.tools.plan import analytic, make_plan, planner, workload
+from exatrain.tools.plan import analytic, estimate, make_plan, planner, workload
 from exatrain.tools.plan.comm import measure_step_comm
 from exatrain.tools.plan.layout import measure_rank
 from exatrain.tools.plan.search import model_of, search
@@ -547,6 +547,16 @@ def test_search_names_the_fastest_layout_that_keeps_its_parameters_within_a_node
     out = json.loads(exatrain_cli(*args, "--target-tokens=1e9", "--json").stdout)
     hours = out["layouts"][0]["wall_time_h"] * lay.step_time_s / every.layouts[0].step_time_s
     assert out["fastest_validated"]["wall_time_h"] == pytest.approx(hours, rel=1e-6)
+    # ... and its own sentence for a resource application, with the range of the runs its kind was checked on
+    own = out["fastest_validated_target"]
+    assert own["wall_time_h"] == out["fastest_validated"]["wall_time_h"]
+    assert (
+        own["ratio"]["runs"] == estimate.PUBLISHED.runs
+        and out["target"]["ratio"]["runs"] != own["ratio"]["runs"]
+    )
+    text = exatrain_cli(*args, "--target-tokens=1e9").stdout
+    head = f"for a resource application (#{k}, the fastest layout that keeps its parameters within a node): "
+    assert f"{head}{own['sentence']}\n" in text, text
 
 
 @pytest.mark.parametrize(

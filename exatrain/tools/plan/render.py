@@ -141,6 +141,11 @@ def print_search(result) -> None:
             f"{num(t['units_range'][0])}-{num(t['units_range'][1])} {t['unit']}"
         )
         print(f"for a resource application (the fastest layout): {t['sentence']}")
+    if result.fastest_validated_target:
+        print(
+            f"for a resource application (#{result.fastest_validated_rank:,}, the fastest layout that keeps "
+            f"its parameters within a node): {result.fastest_validated_target['sentence']}"
+        )
 
 
 def _print_fastest_validated(result) -> None:

@@ -69,6 +69,7 @@ class SearchResult:
     # where the fastest layout is not `validated`: the fastest that is, and its place in the whole ranking
     fastest_validated: Layout | None = None
     fastest_validated_rank: int | None = None
+    fastest_validated_target: dict | None = None  # with --target-tokens: its target.TargetCost
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
