@@ -117,14 +117,7 @@ def print_search(result) -> None:
             f"{i}. {lay.step_time_s * 1e3:,.1f} ms per step, {lay.tokens_per_s:,.0f} tokens/s, "
             f"{lay.tflops_per_gpu:.1f} TFLOP/s per GPU{mfu}, {gib(lay.memory_bytes)} per GPU"
         )
-        print(f"   {lay.overrides}")
-        print(f"   why: {lay.why}")
-        if result.target:
-            t = result.target
-            print(
-                f"   to {t['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
-                f"{num(lay.units)} {t['unit']}"
-            )
+        _print_layout_details(lay, result.target)
     _print_fastest_validated(result)
     print(
         "  - PREDICTIONS of the step-time model (docs/planning.md); memory and collectives counted in closed "
@@ -170,10 +163,15 @@ def _print_fastest_validated(result) -> None:
         f"{r['runs']} {r['of']} the measured step was {r['low']:.2f}-{r['high']:.2f} x such a prediction"
     )
     if k > len(result.layouts):
-        print(f"   {lay.overrides}")
-        print(f"   why: {lay.why}")
-        if lay.wall_time_h is not None:
-            print(
-                f"   to {result.target['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
-                f"{num(lay.units)} {result.target['unit']}"
-            )
+        _print_layout_details(lay, result.target)
+
+
+def _print_layout_details(lay, target: dict | None) -> None:
+    """A searched layout's options, why, and with --target-tokens its wall time and billing units."""
+    print(f"   {lay.overrides}")
+    print(f"   why: {lay.why}")
+    if target:
+        print(
+            f"   to {target['target_tokens']:.3g} tokens: {num(lay.wall_time_h)} h wall time, "
+            f"{num(lay.units)} {target['unit']}"
+        )

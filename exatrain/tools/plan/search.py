@@ -239,6 +239,7 @@ def evaluate(
     local = max(s.param_elements for s in shards)
     inputs = step_inputs(cfg, dims, vocab, params, gpus_per_node, local, code)
     st = estimate.step_time(inputs, comm, hardware)
+    sharded = sharding_note(dims, gpus_per_node)
     return Layout(
         degrees=dims.degrees(),
         micro_batch_size=t.micro_batch_size,
@@ -253,15 +254,16 @@ def evaluate(
         tflops_per_gpu=st.tflops_per_gpu,
         mfu=st.mfu,
         breakdown=st.breakdown,
-        why=_why(peak, st, dims, gpus_per_node),
+        why=_why(peak, st, sharded),
         overrides=_overrides(cfg, dims),
         published_ratio=published_ratio(dims, gpus_per_node),
-        validated=sharding_note(dims, gpus_per_node) is None,
+        validated=sharded is None,
     )
 
 
-def _why(peak, st: estimate.StepTime, dims, gpus_per_node: int) -> str:
-    """Memory, where the step's time goes, and a warning where the prediction is not validated."""
+def _why(peak, st: estimate.StepTime, sharded: str | None) -> str:
+    """Memory, where the step's time goes, and a warning where the prediction is not validated (`sharded`:
+    the layout's planner.sharding_note)."""
     total = st.step_time_s
     b = st.breakdown
     worst = max(st.comm_s.items(), key=lambda kv: kv[1], default=None)
@@ -272,7 +274,6 @@ def _why(peak, st: estimate.StepTime, dims, gpus_per_node: int) -> str:
         f"exposed communication {b['exposed_comm_s'] / total:.0%}{comm}, bubble {b['bubble_s'] / total:.0%}, "
         f"stage imbalance {b['pipeline_imbalance_s'] / total:.0%}, optimizer {b['optimizer_s'] / total:.0%}"
     )
-    sharded = sharding_note(dims, gpus_per_node)
     return f"{why}; {sharded}" if sharded else why
 
 
