@@ -28,21 +28,24 @@ MI250X_LINK_BOUND = 200.0
 MPT_CODE = (("optimizer", "composer-adamw"), ("layer", "mpt"), ("loss", "xentropy"))
 
 
+def _drop_source_keys(monkeypatch, drop) -> None:
+    """Put back the sources without the keys `drop(key, value)` selects: the data file before a code fact
+    was recorded."""
+    sources = {k: {f: v for f, v in s.items() if not drop(f, v)} for k, s in DATA["source"].items()}
+    monkeypatch.setitem(DATA, "source", sources)
+
+
 def before_the_mpt_code(monkeypatch) -> None:
     """The sources as the page took them before the MPT runs' own code was counted (the last history
     bullet): a fused AdamW's step and exatrain's block for the MPT rows."""
-    sources = {k: {f: v for f, v in s.items() if (f, v) not in MPT_CODE} for k, s in DATA["source"].items()}
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: (f, v) in MPT_CODE)
 
 
 def before_the_megatron_layer(monkeypatch) -> None:
     """The sources as the page took them before the Megatron codes' own layer and BLOOM's ALiBi product were
     counted (the bullet before the last): exatrain's block for every run; and the MPT runs' code."""
     before_the_mpt_code(monkeypatch)
-    sources = {
-        k: {f: v for f, v in s.items() if f not in ("layer", "alibi")} for k, s in DATA["source"].items()
-    }
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: f in ("layer", "alibi"))
 
 
 def before_the_dropout_branches(monkeypatch) -> None:
@@ -50,8 +53,7 @@ def before_the_dropout_branches(monkeypatch) -> None:
     counted (the bullet before the last): one dropout of the block's width per block, exatrain's; and
     exatrain's block."""
     before_the_megatron_layer(monkeypatch)
-    sources = {k: {f: v for f, v in s.items() if f != "dropout_branches"} for k, s in DATA["source"].items()}
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: f == "dropout_branches")
 
 
 def before_the_bf16_optimizer(monkeypatch) -> None:
@@ -59,11 +61,7 @@ def before_the_bf16_optimizer(monkeypatch) -> None:
     before the last): a fused AdamW over every parameter of the rank, and no gather after it, for [4] and
     [5]; and one dropout per block."""
     before_the_dropout_branches(monkeypatch)
-    sources = {
-        k: {f: v for f, v in s.items() if not (f == "optimizer" and v == "deepspeed-bf16")}
-        for k, s in DATA["source"].items()
-    }
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: (f, v) == ("optimizer", "deepspeed-bf16"))
 
 
 def before_the_megatron_loss(monkeypatch) -> None:
@@ -71,8 +69,7 @@ def before_the_megatron_loss(monkeypatch) -> None:
     last): torch's cross entropy on logits gathered over the tensor-parallel ranks for every run; and no
     BF16_Optimizer step."""
     before_the_bf16_optimizer(monkeypatch)
-    sources = {k: {f: v for f, v in s.items() if f != "loss"} for k, s in DATA["source"].items()}
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: f == "loss")
 
 
 def before_the_ddp_copies(monkeypatch) -> None:
@@ -87,8 +84,7 @@ def before_the_megatron_optimizer(monkeypatch) -> None:
     """The sources as the page took them before the optimizer step of [1]'s code was counted (the bullet
     before the last): a fused AdamW's bytes for every run; and no DDP bucket copies."""
     before_the_ddp_copies(monkeypatch)
-    sources = {k: {f: v for f, v in s.items() if f != "optimizer"} for k, s in DATA["source"].items()}
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: f == "optimizer")
 
 
 def before_the_lumi_log(monkeypatch) -> None:
@@ -96,11 +92,7 @@ def before_the_lumi_log(monkeypatch) -> None:
     before the last): [4] and [5] sending whole tensors between pipeline stages, the MI250X's intra-node
     busbw at its link bound; and no optimizer of a published code's own."""
     before_the_megatron_optimizer(monkeypatch)
-    sources = {
-        k: {f: v for f, v in s.items() if not (f == "pipeline_sends" and v == "partitioned")}
-        for k, s in DATA["source"].items()
-    }
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: (f, v) == ("pipeline_sends", "partitioned"))
     machines = dict(DATA["hardware"])
     machines["mi250x-gcd"] = dict(machines["mi250x-gcd"], intra_node_busbw_gbs=MI250X_LINK_BOUND)
     monkeypatch.setitem(DATA, "hardware", machines)
@@ -110,11 +102,7 @@ def before_the_fsdp1_path(monkeypatch) -> None:
     """The sources as the page took them before 2026-11-28's FSDP1 gradient path of the MPT runs (the bullet
     before the last): no accumulation counted for their code; and the data before the LUMI log was read."""
     before_the_lumi_log(monkeypatch)
-    sources = {
-        k: {f: v for f, v in s.items() if not (f == "accumulation" and v == "fsdp1")}
-        for k, s in DATA["source"].items()
-    }
-    monkeypatch.setitem(DATA, "source", sources)
+    _drop_source_keys(monkeypatch, lambda f, v: (f, v) == ("accumulation", "fsdp1"))
 
 
 def busbw_without_curves(monkeypatch) -> None:
